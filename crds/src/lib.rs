@@ -1,0 +1,15 @@
+//! API types shared by everything that reads consumer definitions: the YAML files of the CLI,
+//! the dispatcher, and (later) the `EventConsumer` custom resource of the operator.
+#![forbid(unsafe_code)]
+
+mod spec;
+mod validate;
+
+pub use spec::*;
+pub use validate::{MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, SpecError, validate_consumer_name};
+
+/// API group and version of the `EventConsumer` resource; YAML files use the same header.
+pub const API_VERSION: &str = "highwater.dev/v1alpha1";
+pub const KIND: &str = "EventConsumer";
+/// Instance id of the one cursor row of a shared consumer. Refused as a dispatcher instance id.
+pub const SHARED_INSTANCE: &str = "__shared__";

@@ -1,0 +1,193 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// What an `EventConsumer` declares. Field names are the YAML/Kubernetes names (camelCase).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConsumerSpec {
+    /// Name of the consumer in the database; defaults to the resource name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_name: Option<String>,
+    /// `Shared`: exactly one dispatcher delivers each event. `PerInstance`: every dispatcher
+    /// instance delivers every event (process-local effects such as SSE).
+    pub delivery: Delivery,
+    /// Dispatcher group that runs this consumer (`highwater dispatch --group`).
+    #[serde(default = "default_group")]
+    pub group: String,
+    /// Attempts per event before the shard goes `dead` (or, with `errorMode: skip`, before the
+    /// event is parked in the dead-letter table).
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Events read and delivered per pass.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: u32,
+    /// Event types delivered; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_types: Vec<String>,
+    /// Where a new shard starts: `earliest` (default for Shared) or `latest` (default for
+    /// PerInstance, which has no history to replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<StartFrom>,
+    /// `halt` stops the shard on a poison event (status `dead`); `skip` parks it and goes on.
+    #[serde(default)]
+    pub error_mode: ErrorMode,
+    /// Retry backoff between failed attempts.
+    #[serde(default)]
+    pub backoff: Backoff,
+    /// A suspended consumer's shards are `disabled`: nothing is delivered, nothing is lost.
+    #[serde(default)]
+    pub suspend: bool,
+    /// Where events go. Exactly one sink.
+    pub sink: SinkSpec,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Shared,
+    PerInstance,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Shared => "Shared",
+            Delivery::PerInstance => "PerInstance",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StartFrom {
+    Earliest,
+    Latest,
+}
+
+impl StartFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartFrom::Earliest => "earliest",
+            StartFrom::Latest => "latest",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorMode {
+    #[default]
+    Halt,
+    Skip,
+}
+
+impl ErrorMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorMode::Halt => "halt",
+            ErrorMode::Skip => "skip",
+        }
+    }
+}
+
+/// Exponential backoff bounds, as durations such as `200ms`, `5s`, `10m`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Backoff {
+    #[serde(default = "default_backoff_initial")]
+    pub initial: String,
+    #[serde(default = "default_backoff_max")]
+    pub max: String,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: default_backoff_initial(),
+            max: default_backoff_max(),
+        }
+    }
+}
+
+/// One of the sinks; set exactly one field.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SinkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sql: Option<SqlSink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogSink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<SseSink>,
+}
+
+/// Runs one SQL statement per event in the transaction that advances the cursor: exactly once.
+/// Parameters: `$1` payload (jsonb), `$2` event id (bigint), `$3` stream type, `$4` stream id,
+/// `$5` event type, `$6` tenant id (NULL for the system tenant), `$7` metadata (jsonb),
+/// `$8` stream version (bigint, may be NULL), `$9` created at (timestamptz).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SqlSink {
+    pub statement: String,
+    /// Role taken with `SET LOCAL ROLE` while the statement runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// `statement_timeout` for the sink's statements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// Writes each event as one JSON line.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogSink {
+    /// `stdout` (default), `stderr`, or a file path to append to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// Server-sent events to clients connected to the dispatcher instance (PerInstance only).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SseSink {
+    /// Events buffered per client before a slow client is disconnected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<u32>,
+}
+
+fn default_group() -> String {
+    "default".to_owned()
+}
+fn default_max_attempts() -> u32 {
+    10
+}
+fn default_batch_size() -> u32 {
+    100
+}
+fn default_backoff_initial() -> String {
+    "500ms".to_owned()
+}
+fn default_backoff_max() -> String {
+    "5m".to_owned()
+}
+
+impl ConsumerSpec {
+    /// The start position in effect: the declared one, or the default for the delivery mode.
+    pub fn effective_start_from(&self) -> StartFrom {
+        self.start_from.unwrap_or(match self.delivery {
+            Delivery::Shared => StartFrom::Earliest,
+            Delivery::PerInstance => StartFrom::Latest,
+        })
+    }
+
+    pub fn sink_kind(&self) -> &'static str {
+        if self.sink.sql.is_some() {
+            "sql"
+        } else if self.sink.log.is_some() {
+            "log"
+        } else if self.sink.sse.is_some() {
+            "sse"
+        } else {
+            "none"
+        }
+    }
+}

@@ -1,0 +1,198 @@
+use std::time::Duration;
+
+use crate::{ConsumerSpec, Delivery};
+
+pub const MAX_MAX_ATTEMPTS: u32 = 1000;
+pub const MAX_BATCH_SIZE: u32 = 10_000;
+
+/// Everything wrong with a definition, each with the field it concerns and the fix.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{}", .problems.join("; "))]
+pub struct SpecError {
+    pub problems: Vec<String>,
+}
+
+/// Consumer names become metric labels, advisory-lock keys and Kubernetes names: keep them to a
+/// DNS-1123 label.
+pub fn validate_consumer_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "consumer name {name:?} is invalid: use 1-63 lowercase letters, digits and '-', \
+             starting and ending with a letter or digit"
+        ))
+    }
+}
+
+fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Duration> {
+    match humantime::parse_duration(value) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            problems.push(format!(
+                "{field}: {value:?} is not a duration ({e}); write e.g. 500ms, 10s, 5m"
+            ));
+            None
+        }
+    }
+}
+
+impl ConsumerSpec {
+    /// Checks what the types cannot: bounds, the one-sink rule, mode/sink compatibility.
+    pub fn validate(&self, name: &str) -> Result<(), SpecError> {
+        let mut problems = Vec::new();
+        if let Err(e) = validate_consumer_name(name) {
+            problems.push(e);
+        }
+        if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
+            problems.push(format!(
+                "maxAttempts: {} is out of range 1..={MAX_MAX_ATTEMPTS}",
+                self.max_attempts
+            ));
+        }
+        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
+            problems.push(format!(
+                "batchSize: {} is out of range 1..={MAX_BATCH_SIZE}",
+                self.batch_size
+            ));
+        }
+        if let Err(e) = validate_consumer_name(&self.group) {
+            problems.push(format!(
+                "group: {}",
+                e.replace("consumer name", "group name")
+            ));
+        }
+        for t in &self.event_types {
+            if t.is_empty() {
+                problems.push("eventTypes: an entry is empty".to_owned());
+            }
+        }
+        let initial = duration("backoff.initial", &self.backoff.initial, &mut problems);
+        let max = duration("backoff.max", &self.backoff.max, &mut problems);
+        if let (Some(i), Some(m)) = (initial, max) {
+            if i.is_zero() || i > m {
+                problems.push(format!(
+                    "backoff: initial ({}) must be above zero and at most max ({})",
+                    self.backoff.initial, self.backoff.max
+                ));
+            }
+        }
+        let sinks = [
+            self.sink.sql.is_some(),
+            self.sink.log.is_some(),
+            self.sink.sse.is_some(),
+        ]
+        .iter()
+        .filter(|s| **s)
+        .count();
+        if sinks != 1 {
+            problems.push(format!(
+                "sink: exactly one of sql, log, sse must be set, found {sinks}"
+            ));
+        }
+        if let Some(sql) = &self.sink.sql {
+            if sql.statement.trim().is_empty() {
+                problems.push("sink.sql.statement: is empty".to_owned());
+            }
+            if let Some(role) = &sql.role {
+                if role.is_empty() || role.len() > 63 {
+                    problems.push(format!("sink.sql.role: {role:?} is not a role name"));
+                }
+            }
+            if let Some(t) = &sql.timeout {
+                duration("sink.sql.timeout", t, &mut problems);
+            }
+        }
+        if self.sink.sse.is_some() && self.delivery != Delivery::PerInstance {
+            problems.push(
+                "sink.sse: server-sent events reach clients of one dispatcher instance, so they \
+                 need `delivery: PerInstance`"
+                    .to_owned(),
+            );
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SpecError { problems })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SinkSpec, SqlSink, SseSink};
+
+    fn spec() -> ConsumerSpec {
+        serde_json::from_value(serde_json::json!({
+            "delivery": "Shared",
+            "sink": {"sql": {"statement": "select 1"}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let s = spec();
+        assert_eq!(s.max_attempts, 10);
+        assert_eq!(s.batch_size, 100);
+        assert_eq!(s.group, "default");
+        s.validate("orders").unwrap();
+    }
+
+    #[test]
+    fn sse_on_shared_is_refused() {
+        let mut s = spec();
+        s.sink = SinkSpec {
+            sse: Some(SseSink::default()),
+            ..Default::default()
+        };
+        let e = s.validate("live").unwrap_err();
+        assert!(e.to_string().contains("delivery: PerInstance"), "{e}");
+    }
+
+    #[test]
+    fn two_sinks_are_refused() {
+        let mut s = spec();
+        s.sink.log = Some(Default::default());
+        assert!(
+            s.validate("x")
+                .unwrap_err()
+                .to_string()
+                .contains("exactly one")
+        );
+    }
+
+    #[test]
+    fn bounds_and_names() {
+        let mut s = spec();
+        s.max_attempts = 0;
+        s.batch_size = 20_000;
+        s.sink.sql = Some(SqlSink {
+            statement: " ".into(),
+            role: None,
+            timeout: Some("soon".into()),
+        });
+        let e = s.validate("Bad_Name").unwrap_err();
+        assert_eq!(e.problems.len(), 5, "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let r: Result<ConsumerSpec, _> = serde_json::from_value(serde_json::json!({
+            "delivery": "Shared", "maxAttempt": 3, "sink": {"log": {}}
+        }));
+        assert!(
+            r.unwrap_err()
+                .to_string()
+                .contains("unknown field `maxAttempt`")
+        );
+    }
+}

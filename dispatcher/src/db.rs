@@ -1,0 +1,117 @@
+//! Connecting, migrating and checking the schema.
+use std::{str::FromStr, time::Duration};
+
+use backon::{ExponentialBuilder, Retryable};
+use sqlx::{
+    ConnectOptions, PgPool,
+    migrate::Migrator,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+use crate::{Error, Result};
+
+/// The migrations of `migrations/`, recorded in `highwater._sqlx_migrations` so that highwater
+/// keeps to its own schema.
+pub fn migrator() -> Migrator {
+    let mut m = sqlx::migrate!("../migrations");
+    m.create_schema("highwater");
+    m.dangerous_set_table_name("highwater._sqlx_migrations");
+    m
+}
+
+/// `user@host:port/database`, never the password.
+pub fn describe_target(url: &str) -> String {
+    match PgConnectOptions::from_str(url) {
+        Ok(o) => format!(
+            "{}@{}:{}/{}",
+            o.get_username(),
+            o.get_host(),
+            o.get_port(),
+            o.get_database().unwrap_or("")
+        ),
+        Err(_) => "<unparseable DATABASE_URL>".to_owned(),
+    }
+}
+
+fn options(url: &str) -> Result<PgConnectOptions> {
+    let opts = PgConnectOptions::from_str(url).map_err(|e| {
+        Error::Config(format!(
+            "the database URL is not valid ({e})\n  fix: use postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+        ))
+    })?;
+    Ok(opts
+        .application_name("highwater")
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(5)))
+}
+
+/// A pool, connected once to prove the database is there.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+    let opts = options(url)?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(opts)
+        .await
+        .map_err(|source| Error::Unreachable {
+            target: describe_target(url),
+            source,
+        })
+}
+
+/// Like [`connect`], retrying with exponential backoff until `give_up_after` has passed, so a
+/// process started before its database comes up on its own.
+pub async fn connect_with_retry(
+    url: &str,
+    max_connections: u32,
+    give_up_after: Duration,
+) -> Result<PgPool> {
+    let attempt = || connect(url, max_connections);
+    attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_total_delay(Some(give_up_after))
+                .without_max_times()
+                .with_jitter(),
+        )
+        .when(|e| matches!(e, Error::Unreachable { .. }))
+        .notify(
+            |e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"),
+        )
+        .await
+}
+
+/// Applies every migration not yet applied. Safe to run any number of times, concurrently too
+/// (sqlx takes an advisory lock).
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    migrator().run(pool).await?;
+    Ok(())
+}
+
+/// Refuses to run against a database whose schema is missing or behind this binary.
+pub async fn check_migrated(pool: &PgPool, url: &str) -> Result<()> {
+    let latest = migrator().iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Result<Option<i64>, sqlx::Error> =
+        sqlx::query_scalar("SELECT max(version) FROM highwater._sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await;
+    match applied {
+        Ok(Some(v)) if v >= latest => Ok(()),
+        Ok(_) => Err(Error::NotMigrated {
+            target: describe_target(url),
+        }),
+        Err(e) if is_undefined_table(&e) => Err(Error::NotMigrated {
+            target: describe_target(url),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_undefined_table(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "42P01" || c == "3F000")
+}

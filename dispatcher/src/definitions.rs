@@ -1,0 +1,318 @@
+//! Consumer definitions: `EventConsumer` YAML documents (the same files `kubectl apply` takes)
+//! parsed, validated and stored as rows of `highwater.consumers`.
+use std::{collections::BTreeMap, path::Path};
+
+use highwater_crds::{API_VERSION, ConsumerSpec, Delivery, KIND, SHARED_INSTANCE};
+use serde::Deserialize;
+use sqlx::{PgPool, types::Json};
+
+use crate::{Error, Result, event_types, shards};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    api_version: String,
+    kind: String,
+    metadata: Metadata,
+    spec: ConsumerSpec,
+    #[serde(default)]
+    #[allow(dead_code)]
+    status: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    name: String,
+    #[allow(dead_code)]
+    #[serde(default)]
+    namespace: Option<String>,
+    #[allow(dead_code)]
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[allow(dead_code)]
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+/// A validated consumer definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Definition {
+    pub name: String,
+    pub spec: ConsumerSpec,
+    /// Where it came from, e.g. `file:examples/orders.yaml`.
+    pub source: String,
+}
+
+/// Parses every `EventConsumer` document of a YAML stream; the first bad one fails the lot.
+pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let origin = format!("{source} (document {})", i + 1);
+        let bad = |problem: String| Error::Definition {
+            origin: origin.clone(),
+            problem,
+        };
+        let Some(d) = Option::<Document>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
+            continue;
+        };
+        if d.api_version != API_VERSION || d.kind != KIND {
+            return Err(bad(format!(
+                "expected apiVersion: {API_VERSION} and kind: {KIND}, found {} {}",
+                d.api_version, d.kind
+            )));
+        }
+        let name = d.spec.consumer_name.clone().unwrap_or(d.metadata.name);
+        d.spec.validate(&name).map_err(|e| bad(e.to_string()))?;
+        out.push(Definition {
+            name,
+            spec: d.spec,
+            source: source.to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a file, or every `*.yaml`/`*.yml` file of a directory in name order.
+pub fn load(path: &Path) -> Result<Vec<Definition>> {
+    let mut files = Vec::new();
+    if path.is_dir() {
+        for e in
+            std::fs::read_dir(path).map_err(Error::io(format!("reading {}", path.display())))?
+        {
+            let p = e.map_err(Error::io("reading a directory entry"))?.path();
+            if matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_owned());
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).map_err(Error::io(format!("reading {}", f.display())))?;
+        out.extend(parse(&text, &format!("file:{}", f.display()))?);
+    }
+    Ok(out)
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Applied {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+/// Stores definitions in one transaction: all or nothing. Registers the shared shard of shared
+/// consumers right away, so retention never prunes what they have not seen.
+pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Applied)>> {
+    let mut seen = std::collections::HashSet::new();
+    for d in defs {
+        if !seen.insert(&d.name) {
+            return Err(Error::Refused(format!(
+                "consumer {:?} is defined twice in this input",
+                d.name
+            )));
+        }
+        let unknown = event_types::unknown(pool, &d.spec.event_types).await?;
+        if !unknown.is_empty() {
+            return Err(Error::Refused(format!(
+                "consumer {:?} ({}) filters on unknown event types: {}\n  fix: register them with \
+                 `highwater event-types register NAME`, or correct eventTypes",
+                d.name,
+                d.source,
+                unknown.join(", ")
+            )));
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let mut out = Vec::new();
+    for d in defs {
+        let existing: Option<(String, Json<ConsumerSpec>, bool)> = sqlx::query_as(
+            "SELECT delivery, spec, suspended FROM highwater.consumers WHERE name = $1 FOR UPDATE",
+        )
+        .bind(&d.name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((delivery, _, _)) = &existing {
+            if delivery != d.spec.delivery.as_str() {
+                return Err(Error::Refused(format!(
+                    "consumer {:?}: delivery cannot change from {delivery} to {} (its cursors belong \
+                     to the old mode)\n  fix: `highwater consumer delete {}` and apply again, or \
+                     use a new name",
+                    d.name,
+                    d.spec.delivery.as_str(),
+                    d.name
+                )));
+            }
+        }
+        let outcome = match &existing {
+            None => Applied::Created,
+            Some((_, old, _)) if old.0 == d.spec => Applied::Unchanged,
+            Some(_) => Applied::Updated,
+        };
+        if outcome != Applied::Unchanged {
+            upsert(&mut tx, d).await?;
+        }
+        if d.spec.delivery == Delivery::Shared {
+            shards::register(&mut tx, &d.name, SHARED_INSTANCE, None).await?;
+        }
+        let was_suspended = existing.as_ref().is_some_and(|e| e.2);
+        if d.spec.suspend != was_suspended {
+            let to = if d.spec.suspend { "disabled" } else { "idle" };
+            sqlx::query(
+                "UPDATE highwater.consumer_shards SET status = $2, updated_at = now()
+                  WHERE consumer = $1 AND (($2 = 'disabled' AND status <> 'disabled') OR ($2 = 'idle' AND status = 'disabled'))",
+            )
+            .bind(&d.name)
+            .bind(to)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("SELECT pg_notify('highwater_control', $1)")
+            .bind(&d.name)
+            .execute(&mut *tx)
+            .await?;
+        out.push((d.name.clone(), outcome));
+    }
+    tx.commit().await?;
+    Ok(out)
+}
+
+async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
+    let s = &d.spec;
+    sqlx::query(
+        "INSERT INTO highwater.consumers
+            (name, delivery, consumer_group, max_attempts, batch_size, event_types, start_from,
+             error_mode, suspended, sink, spec, source)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (name) DO UPDATE SET
+            consumer_group = EXCLUDED.consumer_group, max_attempts = EXCLUDED.max_attempts,
+            batch_size = EXCLUDED.batch_size, event_types = EXCLUDED.event_types,
+            start_from = EXCLUDED.start_from, error_mode = EXCLUDED.error_mode,
+            suspended = EXCLUDED.suspended, sink = EXCLUDED.sink, spec = EXCLUDED.spec,
+            source = EXCLUDED.source, updated_at = now()",
+    )
+    .bind(&d.name)
+    .bind(s.delivery.as_str())
+    .bind(&s.group)
+    .bind(s.max_attempts as i32)
+    .bind(s.batch_size as i32)
+    .bind(&s.event_types)
+    .bind(s.effective_start_from().as_str())
+    .bind(s.error_mode.as_str())
+    .bind(s.suspend)
+    .bind(Json(&s.sink))
+    .bind(Json(s))
+    .bind(&d.source)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Deletes a consumer and all its shards.
+pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
+    let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1")
+        .bind(name)
+        .execute(pool)
+        .await?;
+    if n.rows_affected() == 0 {
+        return Err(Error::Refused(format!(
+            "no consumer named {name:?}; `highwater consumer list` shows them"
+        )));
+    }
+    sqlx::query("SELECT pg_notify('highwater_control', $1)")
+        .bind(name)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The definitions a dispatcher of `group` runs.
+pub async fn load_group(pool: &PgPool, group: &str) -> Result<Vec<Definition>> {
+    let rows: Vec<(String, Json<ConsumerSpec>, String)> = sqlx::query_as(
+        "SELECT name, spec, source FROM highwater.consumers WHERE consumer_group = $1 ORDER BY name",
+    )
+    .bind(group)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(name, spec, source)| Definition {
+            name,
+            spec: spec.0,
+            source,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: orders}
+spec:
+  delivery: Shared
+  eventTypes: [OrderPlaced]
+  sink: {log: {}}
+---
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: live}
+spec:
+  delivery: PerInstance
+  sink: {log: {target: stderr}}
+"#;
+
+    #[test]
+    fn parses_multi_document_files() {
+        let d = parse(GOOD, "file:x.yaml").unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].name, "orders");
+        assert_eq!(d[1].spec.delivery, Delivery::PerInstance);
+    }
+
+    #[test]
+    fn unknown_field_is_named_with_its_place() {
+        let bad = GOOD.replace("eventTypes", "eventType");
+        let e = parse(&bad, "file:x.yaml").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown field `eventType`") && e.contains("document 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn wrong_kind_is_refused() {
+        let e = parse(
+            &GOOD.replace("kind: EventConsumer", "kind: Deployment"),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("kind: EventConsumer"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_is_refused() {
+        let e = parse(
+            &GOOD.replace("delivery: Shared", "delivery: Sometimes"),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("Sometimes"), "{e}");
+    }
+
+    #[test]
+    fn sse_on_shared_is_refused() {
+        let e = parse(&GOOD.replace("sink: {log: {}}", "sink: {sse: {}}"), "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PerInstance"), "{e}");
+    }
+}

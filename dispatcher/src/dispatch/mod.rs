@@ -1,0 +1,227 @@
+//! The delivery loop: one process runs every consumer of its group, one task per shard.
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use highwater_crds::{Delivery, SHARED_INSTANCE};
+use sqlx::PgPool;
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Result, definitions, shards, sink};
+
+pub mod pass;
+mod wakeup;
+mod worker;
+
+pub use wakeup::{Head, read_head};
+
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    pub group: String,
+    pub instance_id: String,
+    /// Head polling while the LISTEN connection is down or events wait above the fence.
+    pub poll_interval: Duration,
+    /// Head polling while LISTEN works and nothing waits: a safety net only.
+    pub idle_poll_interval: Duration,
+    /// Reload of the group's definitions (also on every `highwater_control` notification).
+    pub refresh_interval: Duration,
+    pub heartbeat_interval: Duration,
+    /// How long SIGTERM waits for passes in flight before abandoning them.
+    pub shutdown_grace: Duration,
+}
+
+impl DispatchConfig {
+    pub fn new(group: &str, instance_id: &str) -> Self {
+        DispatchConfig {
+            group: group.to_owned(),
+            instance_id: instance_id.to_owned(),
+            poll_interval: Duration::from_millis(100),
+            idle_poll_interval: Duration::from_secs(1),
+            refresh_interval: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+struct Running {
+    spec: highwater_crds::ConsumerSpec,
+    stop: CancellationToken,
+    handle: JoinHandle<()>,
+}
+
+/// Runs until `shutdown` is cancelled, then waits up to `shutdown_grace` for passes in flight.
+/// A pass abandoned at the deadline loses nothing: its cursor had not moved.
+pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken) -> Result<()> {
+    crate::instance::validate(&cfg.instance_id)?;
+    let (head_tx, head_rx) = watch::channel(wakeup::Head::default());
+    let signals = Arc::new(wakeup::Signals {
+        events: Arc::new(tokio::sync::Notify::new()),
+        control: watch::channel(0).0,
+        listening: watch::channel(false).0,
+    });
+    let (nudge_tx, _) = watch::channel(0u64);
+    let bg = CancellationToken::new();
+    let mut running: HashMap<String, Running> = HashMap::new();
+
+    // Every shard is registered before the first pass (and before the wake-up tasks start).
+    reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, true).await?;
+    tracing::info!(group = %cfg.group, instance = %cfg.instance_id, consumers = running.len(), "dispatcher started");
+
+    let mut control_rx = signals.control.subscribe();
+    tokio::spawn(wakeup::listen(pool.clone(), signals.clone(), bg.clone()));
+    tokio::spawn(wakeup::poll_head(
+        pool.clone(),
+        signals.clone(),
+        head_tx,
+        cfg.poll_interval,
+        cfg.idle_poll_interval,
+        bg.clone(),
+    ));
+
+    let mut refresh = tokio::time::interval(cfg.refresh_interval);
+    let mut heartbeat = tokio::time::interval(cfg.heartbeat_interval);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = control_rx.changed() => {
+                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, false).await {
+                    tracing::warn!(error = %e, "reloading consumer definitions failed");
+                }
+                nudge_tx.send_modify(|g| *g += 1);
+            }
+            _ = refresh.tick() => {
+                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, false).await {
+                    tracing::warn!(error = %e, "reloading consumer definitions failed");
+                }
+            }
+            _ = heartbeat.tick() => {
+                if let Err(e) = shards::heartbeat(&pool, &cfg.instance_id).await {
+                    tracing::warn!(error = %e, "heartbeat failed");
+                }
+            }
+        }
+    }
+
+    tracing::info!("shutting down: finishing passes in flight");
+    bg.cancel();
+    for r in running.values() {
+        r.stop.cancel();
+    }
+    let all = futures::future::join_all(running.into_values().map(|r| r.handle));
+    if tokio::time::timeout(cfg.shutdown_grace, all).await.is_err() {
+        tracing::warn!(grace = ?cfg.shutdown_grace, "passes still running at the deadline were abandoned; their events will be delivered again");
+    }
+    Ok(())
+}
+
+/// Brings the running workers in line with the group's definitions.
+async fn reconcile(
+    pool: &PgPool,
+    cfg: &DispatchConfig,
+    running: &mut HashMap<String, Running>,
+    head_rx: &watch::Receiver<wakeup::Head>,
+    nudge_tx: &watch::Sender<u64>,
+    startup: bool,
+) -> Result<()> {
+    let defs = definitions::load_group(pool, &cfg.group).await?;
+    let mut conn = pool.acquire().await?;
+    for d in &defs {
+        let instance = match d.spec.delivery {
+            Delivery::Shared => SHARED_INSTANCE,
+            Delivery::PerInstance => cfg.instance_id.as_str(),
+        };
+        shards::register(&mut conn, &d.name, instance, None).await?;
+    }
+    drop(conn);
+    if startup {
+        check_cursors(pool, &cfg.instance_id).await?;
+    }
+    let wanted: HashMap<&str, &definitions::Definition> =
+        defs.iter().map(|d| (d.name.as_str(), d)).collect();
+    running.retain(|name, r| {
+        let keep = wanted.get(name.as_str()).is_some_and(|d| d.spec == r.spec);
+        if !keep {
+            // The worker finishes its pass; the advisory lock keeps a successor off the shard
+            // until then.
+            r.stop.cancel();
+        }
+        keep
+    });
+    for d in defs {
+        if running.contains_key(&d.name) {
+            continue;
+        }
+        let sink = match sink::build(&d.spec) {
+            Ok(s) => s,
+            Err(e) if startup => return Err(Error::Refused(format!("consumer {:?}: {e}", d.name))),
+            Err(e) => {
+                tracing::error!(consumer = %d.name, error = %e, "cannot run consumer");
+                continue;
+            }
+        };
+        let parse = |s: &str| {
+            humantime::parse_duration(s)
+                .map_err(|e| Error::Config(format!("consumer {:?}: backoff {s:?}: {e}", d.name)))
+        };
+        let instance_id = match d.spec.delivery {
+            Delivery::Shared => SHARED_INSTANCE.to_owned(),
+            Delivery::PerInstance => cfg.instance_id.clone(),
+        };
+        let ctx = pass::ShardCtx {
+            pool: pool.clone(),
+            consumer: d.name.clone(),
+            instance_id,
+            backoff_initial: parse(&d.spec.backoff.initial)?,
+            backoff_max: parse(&d.spec.backoff.max)?,
+            spec: d.spec.clone(),
+            sink,
+        };
+        let stop = CancellationToken::new();
+        let handle = tokio::spawn(worker::run(
+            Arc::new(ctx),
+            head_rx.clone(),
+            nudge_tx.subscribe(),
+            stop.clone(),
+            cfg.poll_interval,
+        ));
+        running.insert(
+            d.name.clone(),
+            Running {
+                spec: d.spec,
+                stop,
+                handle,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Refuses to start when a cursor is ahead of the database's transaction counter: after a
+/// logical dump and restore, transaction ids restart below stored cursors, and delivering would
+/// skip every event until the counter caught up.
+async fn check_cursors(pool: &PgPool, instance: &str) -> Result<()> {
+    let ahead: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT consumer, instance_id, cursor_tx::text, pg_snapshot_xmax(pg_current_snapshot())::text
+           FROM highwater.consumer_shards
+          WHERE instance_id IN ($1, '__shared__')
+            AND cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
+    )
+    .bind(instance)
+    .fetch_all(pool)
+    .await?;
+    if ahead.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = ahead
+        .iter()
+        .map(|(c, i, tx, _)| format!("{c}/{i} (cursor transaction {tx})"))
+        .collect();
+    Err(Error::Refused(format!(
+        "refusing to deliver: cursors are ahead of the database's next transaction id ({}): {}.\n  \
+         The database was probably restored from a logical dump, which restarts transaction ids; \
+         delivering now would skip events.\n  fix: `highwater consumer rewind NAME --to \
+         <EVENT_ID|TIME|earliest>` each of them to the last event known delivered",
+        ahead[0].3,
+        list.join(", ")
+    )))
+}

@@ -1,0 +1,279 @@
+//! One pass over one shard: claim, read below the fence, deliver, move the cursor.
+use std::{sync::Arc, time::Duration};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use chrono::Utc;
+use highwater_crds::{ConsumerSpec, ErrorMode};
+use sqlx::{Connection, PgPool};
+
+use crate::{
+    Error, Position, Result,
+    shards::{self, Failure, FailureOutcome, Shard},
+    sink::{DeliveryContext, Sink, SinkError},
+};
+
+/// Everything a shard's passes need; rebuilt when the definition changes.
+pub struct ShardCtx {
+    pub pool: PgPool,
+    pub consumer: String,
+    pub instance_id: String,
+    pub spec: ConsumerSpec,
+    pub sink: Arc<dyn Sink>,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// Delivered a batch; `more` when it was full, so another may be waiting.
+    Delivered { cursor: Position, more: bool },
+    /// Nothing (left) to deliver.
+    CaughtUp { cursor: Position },
+    /// The last attempt failed; retry when the delay has passed.
+    Backoff {
+        cursor: Position,
+        retry_in: Duration,
+    },
+    /// Dead or disabled: nothing to do until an operator acts.
+    Halted { cursor: Position },
+    /// Another process holds the shard.
+    Busy,
+    /// The shard changed under the pass (rewind, disable, skip, deletion); nothing was applied.
+    Changed,
+}
+
+/// Delay before attempt `attempts + 1`: exponential from `initial`, capped at `max`, with jitter.
+pub fn retry_delay(initial: Duration, max: Duration, attempts: i32) -> Duration {
+    ExponentialBuilder::default()
+        .with_min_delay(initial)
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(attempts.saturating_sub(1).max(0) as usize)
+        .unwrap_or(max)
+}
+
+pub async fn run(ctx: &ShardCtx) -> Result<Outcome> {
+    let Some(mut lock) = shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? else {
+        return Ok(Outcome::Busy);
+    };
+    let outcome = locked(ctx, lock.conn()).await?;
+    lock.release().await?;
+    Ok(outcome)
+}
+
+async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
+    let Some(shard) = shards::load(conn, &ctx.consumer, &ctx.instance_id).await? else {
+        return Ok(Outcome::Changed);
+    };
+    if !shard.status.delivers() {
+        return Ok(Outcome::Halted {
+            cursor: shard.cursor,
+        });
+    }
+    if let Some(at) = shard.next_attempt_at {
+        let wait = at - Utc::now();
+        if wait > chrono::TimeDelta::zero() {
+            return Ok(Outcome::Backoff {
+                cursor: shard.cursor,
+                retry_in: wait.to_std().unwrap_or_default(),
+            });
+        }
+    }
+    let limit = i64::from(ctx.spec.batch_size);
+    let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
+    if shard.cursor.tx >= batch.next_xid {
+        return Err(Error::Refused(format!(
+            "shard {}/{}: its cursor (transaction {}) is ahead of the database's next transaction \
+             id ({}). The database was probably restored from a logical dump, which restarts \
+             transaction ids; delivering now could skip events.\n  fix: `highwater consumer rewind \
+             {} --instance {} --to <EVENT_ID|TIME|earliest>` to the last event you know was \
+             delivered",
+            shard.consumer,
+            shard.instance_id,
+            shard.cursor.tx,
+            batch.next_xid,
+            shard.consumer,
+            shard.instance_id
+        )));
+    }
+    let Some(last) = batch.events.last().map(|e| e.position()) else {
+        // Nothing for this consumer below the fence: skip past events of other types.
+        return match batch.head {
+            Some(h) if h > shard.cursor => {
+                if shards::advance(conn, &shard, shard.cursor, h, 0).await? {
+                    Ok(Outcome::CaughtUp { cursor: h })
+                } else {
+                    Ok(Outcome::Changed)
+                }
+            }
+            _ => Ok(Outcome::CaughtUp {
+                cursor: shard.cursor,
+            }),
+        };
+    };
+    let full = batch.events.len() as i64 == limit;
+    // A short batch holds every matching event below the fence, so the cursor may move to the
+    // head even if the newest events there are of other types.
+    let end = if full {
+        last
+    } else {
+        batch.head.map_or(last, |h| h.max(last))
+    };
+    let n = batch.events.len() as i64;
+    let events = &batch.events;
+
+    if ctx.sink.transactional() {
+        let mut tx = conn.begin().await?;
+        match deliver(ctx, Some(&mut tx), events).await {
+            Ok(()) => {
+                if shards::advance(&mut tx, &shard, shard.cursor, end, n).await? {
+                    tx.commit().await?;
+                    return Ok(Outcome::Delivered {
+                        cursor: end,
+                        more: full,
+                    });
+                }
+                tx.rollback().await?;
+                return Ok(Outcome::Changed);
+            }
+            Err(err) => {
+                tx.rollback().await?;
+                // Re-apply the events before the failing one, then record the failure in the
+                // same transaction, so the progress and the failure land together.
+                let mut tx = conn.begin().await?;
+                let mut failed = (0, err.message.clone());
+                if err.index > 0 {
+                    match deliver(ctx, Some(&mut tx), &events[..err.index]).await {
+                        Ok(()) => failed = (err.index, err.message),
+                        Err(e2) => {
+                            tx.rollback().await?;
+                            tx = conn.begin().await?;
+                            failed = (0, e2.message);
+                        }
+                    }
+                }
+                let failure = failure(ctx, &shard, events, failed.0, failed.1);
+                if !shards::record_failure(&mut tx, &shard, shard.cursor, &failure).await? {
+                    tx.rollback().await?;
+                    return Ok(Outcome::Changed);
+                }
+                tx.commit().await?;
+                return Ok(after_failure(&failure));
+            }
+        }
+    }
+
+    // External sink: no transaction is open while it works.
+    match deliver(ctx, None, events).await {
+        Ok(()) => {
+            if shards::advance(conn, &shard, shard.cursor, end, n).await? {
+                Ok(Outcome::Delivered {
+                    cursor: end,
+                    more: full,
+                })
+            } else {
+                Ok(Outcome::Changed)
+            }
+        }
+        Err(err) => {
+            let failure = failure(
+                ctx,
+                &shard,
+                events,
+                err.index.min(events.len() - 1),
+                err.message,
+            );
+            if shards::record_failure(conn, &shard, shard.cursor, &failure).await? {
+                Ok(after_failure(&failure))
+            } else {
+                Ok(Outcome::Changed)
+            }
+        }
+    }
+}
+
+async fn deliver(
+    ctx: &ShardCtx,
+    tx: Option<&mut sqlx::PgConnection>,
+    events: &[crate::Event],
+) -> Result<(), SinkError> {
+    let mut d = DeliveryContext {
+        consumer: &ctx.consumer,
+        instance_id: &ctx.instance_id,
+        tx,
+    };
+    ctx.sink.deliver(&mut d, events).await
+}
+
+fn failure(
+    ctx: &ShardCtx,
+    shard: &Shard,
+    events: &[crate::Event],
+    index: usize,
+    error: String,
+) -> Failure {
+    let event = events[index].clone();
+    let attempts = if shard.failing_event_id == Some(event.id) {
+        shard.attempts + 1
+    } else {
+        1
+    };
+    let outcome = if attempts >= ctx.spec.max_attempts as i32 {
+        match ctx.spec.error_mode {
+            ErrorMode::Halt => FailureOutcome::Dead,
+            ErrorMode::Skip => FailureOutcome::Park,
+        }
+    } else {
+        FailureOutcome::Retry(retry_delay(ctx.backoff_initial, ctx.backoff_max, attempts))
+    };
+    let cursor = if index == 0 {
+        shard.cursor
+    } else {
+        events[index - 1].position()
+    };
+    tracing::warn!(
+        consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = event.id, attempts,
+        outcome = ?outcome, error = %error, "delivery failed"
+    );
+    Failure {
+        event,
+        error,
+        cursor,
+        delivered: index as i64,
+        attempts,
+        outcome,
+    }
+}
+
+fn after_failure(f: &Failure) -> Outcome {
+    match f.outcome {
+        FailureOutcome::Retry(d) => Outcome::Backoff {
+            cursor: f.cursor,
+            retry_in: d,
+        },
+        FailureOutcome::Dead => Outcome::Halted { cursor: f.cursor },
+        FailureOutcome::Park => Outcome::Delivered {
+            cursor: f.event.position(),
+            more: true,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_grows_and_is_capped() {
+        let i = Duration::from_millis(100);
+        let m = Duration::from_secs(1);
+        let d1 = retry_delay(i, m, 1);
+        let d4 = retry_delay(i, m, 4);
+        assert!(d1 >= i && d1 <= 2 * i, "{d1:?}");
+        assert!(d4 >= 8 * i, "{d4:?}");
+        assert!(retry_delay(i, m, 50) <= 2 * m);
+    }
+}

@@ -1,0 +1,87 @@
+//! One task per shard: waits for a reason to run a pass, runs passes until caught up.
+use std::{sync::Arc, time::Duration};
+
+use tokio::{sync::watch, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    pass::{self, Outcome, ShardCtx},
+    wakeup::Head,
+};
+use crate::Position;
+
+pub async fn run(
+    ctx: Arc<ShardCtx>,
+    mut head_rx: watch::Receiver<Head>,
+    mut nudge_rx: watch::Receiver<u64>,
+    stop: CancellationToken,
+    poll: Duration,
+) {
+    // What this worker last saw of its cursor; `None` forces a pass.
+    let mut known: Option<Position> = None;
+    let mut retry_at: Option<Instant> = None;
+    let mut halted = false;
+    let mut force = true;
+    let mut error_delay = Duration::from_millis(200);
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let head = head_rx.borrow_and_update().position;
+        let behind = match (known, head) {
+            (None, _) => true,
+            (Some(k), Some(h)) => h > k,
+            (Some(_), None) => false,
+        };
+        let retry_due = retry_at.is_some_and(|t| t <= Instant::now());
+        if force || retry_due || (behind && !halted && retry_at.is_none()) {
+            force = false;
+            retry_at = None;
+            match pass::run(&ctx).await {
+                Ok(outcome) => {
+                    error_delay = Duration::from_millis(200);
+                    halted = false;
+                    match outcome {
+                        Outcome::Delivered { cursor, more } => {
+                            known = Some(cursor);
+                            if more {
+                                force = true;
+                                continue;
+                            }
+                        }
+                        Outcome::CaughtUp { cursor } => known = Some(cursor),
+                        Outcome::Backoff { cursor, retry_in } => {
+                            known = Some(cursor);
+                            retry_at = Some(Instant::now() + retry_in);
+                        }
+                        Outcome::Halted { cursor } => {
+                            known = Some(cursor);
+                            halted = true;
+                        }
+                        // Another process has it; look again later in case it dies.
+                        Outcome::Busy => retry_at = Some(Instant::now() + poll * 10),
+                        Outcome::Changed => {
+                            known = None;
+                            retry_at = Some(Instant::now() + poll);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "pass failed");
+                    retry_at = Some(Instant::now() + error_delay);
+                    error_delay = (error_delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        let sleep_until = retry_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = head_rx.changed() => if r.is_err() { return },
+            r = nudge_rx.changed() => {
+                if r.is_err() { return }
+                force = true;
+            }
+            _ = tokio::time::sleep_until(sleep_until) => {}
+        }
+    }
+}

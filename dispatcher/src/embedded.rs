@@ -1,0 +1,287 @@
+//! A throwaway PostgreSQL cluster from the machine's server binaries: the quickstart's database
+//! and the test harness's. Its data directory is a temporary directory removed on drop.
+use std::{
+    fs::File,
+    net::TcpListener,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::{Pid, User, chown},
+};
+
+use crate::{Error, Result};
+
+/// Server settings; the defaults favour speed because the cluster is thrown away.
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    pub settings: Vec<(String, String)>,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            settings: vec![
+                ("fsync".into(), "off".into()),
+                ("synchronous_commit".into(), "off".into()),
+                ("full_page_writes".into(), "off".into()),
+                ("max_connections".into(), "200".into()),
+            ],
+        }
+    }
+}
+
+pub struct EmbeddedPostgres {
+    dir: Option<tempfile::TempDir>,
+    bindir: PathBuf,
+    port: u16,
+    run_as: Option<User>,
+    child: Option<Child>,
+    settings: Vec<(String, String)>,
+}
+
+/// The server binaries: `$HIGHWATER_PG_BINDIR`, then `pg_config --bindir`, then the newest
+/// `/usr/lib/postgresql/*/bin`.
+pub fn find_bindir() -> Result<PathBuf> {
+    let has_server = |p: &Path| p.join("initdb").is_file() && p.join("postgres").is_file();
+    if let Ok(dir) = std::env::var("HIGHWATER_PG_BINDIR") {
+        let p = PathBuf::from(dir);
+        if has_server(&p) {
+            return Ok(p);
+        }
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && has_server(&p) {
+            return Ok(p);
+        }
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let p = e.path().join("bin");
+            has_server(&p).then_some((v, p))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, p)| p).ok_or_else(|| {
+        Error::Config(
+            "PostgreSQL server binaries (initdb, postgres) not found\n  fix: install them \
+             (`apt-get install postgresql-15`), set HIGHWATER_PG_BINDIR, or set DATABASE_URL to \
+             use an existing server"
+                .into(),
+        )
+    })
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
+    Ok(l.local_addr()
+        .map_err(Error::io("reading the bound port"))?
+        .port())
+}
+
+impl EmbeddedPostgres {
+    /// initdb into a new temporary directory, then start the server on a free loopback port.
+    /// As root, both run as the `postgres` (or `nobody`) user: PostgreSQL refuses to run as root.
+    pub async fn start(options: EmbeddedOptions) -> Result<Self> {
+        let bindir = find_bindir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("highwater-pg-")
+            .tempdir()
+            .map_err(Error::io("creating the data directory"))?;
+        let run_as = if nix::unistd::geteuid().is_root() {
+            let user = ["postgres", "nobody"]
+                .iter()
+                .find_map(|n| User::from_name(n).ok().flatten())
+                .ok_or_else(|| Error::Config("running as root and no `postgres` or `nobody` user exists to run PostgreSQL as".into()))?;
+            chown(dir.path(), Some(user.uid), Some(user.gid))
+                .map_err(|e| Error::Config(format!("chown of {}: {e}", dir.path().display())))?;
+            Some(user)
+        } else {
+            None
+        };
+        let mut pg = EmbeddedPostgres {
+            dir: Some(dir),
+            bindir,
+            port: 0,
+            run_as,
+            child: None,
+            settings: options.settings,
+        };
+        pg.initdb()?;
+        pg.port = free_port()?;
+        pg.spawn().await?;
+        Ok(pg)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.root().join("data")
+    }
+
+    fn root(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("data directory present until drop")
+            .path()
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(self.bindir.join(program));
+        c.current_dir(self.root()).env_remove("PGDATA");
+        if let Some(u) = &self.run_as {
+            c.uid(u.uid.as_raw()).gid(u.gid.as_raw());
+        }
+        c
+    }
+
+    fn initdb(&self) -> Result<()> {
+        let out = self
+            .command("initdb")
+            .args([
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+                "-D",
+            ])
+            .arg(self.data_dir())
+            .output()
+            .map_err(Error::io("running initdb"))?;
+        if !out.status.success() {
+            return Err(Error::Config(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    async fn spawn(&mut self) -> Result<()> {
+        let log_path = self.root().join("postgres.log");
+        let log = File::create(&log_path).map_err(Error::io("creating postgres.log"))?;
+        if let Some(u) = &self.run_as {
+            let _ = chown(&log_path, Some(u.uid), Some(u.gid));
+        }
+        let mut cmd = self.command("postgres");
+        cmd.arg("-D")
+            .arg(self.data_dir())
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(Error::io("log"))?)
+            .stderr(log);
+        for (k, v) in &self.settings {
+            cmd.arg("-c").arg(format!("{k}={v}"));
+        }
+        // Its own process group, so a Ctrl-C aimed at the quickstart reaches us, not the server.
+        cmd.process_group(0);
+        self.child = Some(cmd.spawn().map_err(Error::io("starting postgres"))?);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(Error::Config(format!(
+                    "postgres exited ({status}) while starting:\n{log}"
+                )));
+            }
+            if sqlx::PgPool::connect(&self.url())
+                .await
+                .map(|p| tokio::spawn(async move { p.close().await }))
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Config(format!(
+                    "postgres did not accept connections within 60s; log at {}",
+                    log_path.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// URL of the `postgres` database as the superuser `postgres`.
+    pub fn url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    pub fn url_for(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Creates a database and returns its URL.
+    pub async fn create_database(&self, name: &str) -> Result<String> {
+        let pool = sqlx::PgPool::connect(&self.url()).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE \"{}\"",
+            name.replace('"', "\"\"")
+        )))
+        .execute(&pool)
+        .await?;
+        pool.close().await;
+        Ok(self.url_for(name))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root().join("postgres.log")).unwrap_or_default()
+    }
+
+    /// Stops the server (fast shutdown: open transactions are rolled back) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts the server on the same port and data directory.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.spawn().await
+    }
+}
+
+impl Drop for EmbeddedPostgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

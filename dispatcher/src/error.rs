@@ -1,0 +1,83 @@
+use sqlx::postgres::PgDatabaseError;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every error names the problem and, where there is one, the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{message}{}", hint_suffix(.hint))]
+    UnknownEventType {
+        message: String,
+        hint: Option<String>,
+    },
+    #[error("{message}{}", hint_suffix(.hint))]
+    InvalidPayload {
+        message: String,
+        hint: Option<String>,
+    },
+    #[error("{message}{}", hint_suffix(.hint))]
+    VersionConflict {
+        message: String,
+        hint: Option<String>,
+    },
+    #[error(
+        "cannot reach the database at {target}: {source}\n  fix: check --database-url / \
+         DATABASE_URL and that PostgreSQL is running and accepts connections"
+    )]
+    Unreachable {
+        target: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error(
+        "the database at {target} has no highwater schema (or an old one)\n  fix: run `highwater \
+         migrate` against it first"
+    )]
+    NotMigrated { target: String },
+    #[error("invalid consumer definition in {origin}: {problem}")]
+    Definition { origin: String, problem: String },
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref()
+        .map(|h| format!("\n  fix: {h}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Io { context, source }
+    }
+
+    /// Maps the SQLSTATEs raised by `highwater.append` to their variants.
+    pub fn from_append(e: sqlx::Error) -> Error {
+        if let Some(db) = e.as_database_error() {
+            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
+                let message = pg.message().to_owned();
+                let hint = pg.hint().map(str::to_owned);
+                match pg.code() {
+                    "HW001" => return Error::UnknownEventType { message, hint },
+                    "HW002" => return Error::InvalidPayload { message, hint },
+                    "HW003" => return Error::VersionConflict { message, hint },
+                    _ => {}
+                }
+            }
+        }
+        Error::Database(e)
+    }
+}

@@ -1,0 +1,116 @@
+//! Appending events inside the caller's transaction, and the event as sinks see it.
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::{PgConnection, types::Json};
+
+use crate::{Error, Position, Result};
+
+/// An event to append. `metadata.correlation_id` is filled in when absent.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NewEvent {
+    pub stream_type: String,
+    pub stream_id: String,
+    pub event_type: String,
+    pub payload: Value,
+    #[serde(default)]
+    pub metadata: Option<Value>,
+    /// `None` is the system tenant.
+    #[serde(default)]
+    pub tenant_id: Option<String>,
+    /// Optimistic concurrency: the stream's current version (0 for a new stream). The event then
+    /// gets `expected_version + 1`, or the append fails with [`Error::VersionConflict`].
+    #[serde(default)]
+    pub expected_version: Option<i64>,
+}
+
+impl NewEvent {
+    pub fn new(stream_type: &str, stream_id: &str, event_type: &str, payload: Value) -> Self {
+        NewEvent {
+            stream_type: stream_type.into(),
+            stream_id: stream_id.into(),
+            event_type: event_type.into(),
+            payload,
+            ..Default::default()
+        }
+    }
+}
+
+/// Appends `event` in the caller's transaction (pass `&mut *tx`) through `highwater.append`, the
+/// same function other languages call, so every writer gets the same checks. Returns the id.
+/// The event is delivered once that transaction commits; nothing is stored on error.
+pub async fn append(conn: &mut PgConnection, event: &NewEvent) -> Result<i64> {
+    sqlx::query_scalar("SELECT highwater.append($1, $2, $3, $4, $5, $6, $7)")
+        .bind(&event.stream_type)
+        .bind(&event.stream_id)
+        .bind(&event.event_type)
+        .bind(Json(&event.payload))
+        .bind(event.metadata.as_ref().map(Json))
+        .bind(&event.tenant_id)
+        .bind(event.expected_version)
+        .fetch_one(conn)
+        .await
+        .map_err(Error::from_append)
+}
+
+/// A committed event as delivered to a sink.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Event {
+    pub id: i64,
+    #[serde(skip)]
+    pub tx_id: u64,
+    pub stream_type: String,
+    pub stream_id: String,
+    pub stream_version: Option<i64>,
+    pub event_type: String,
+    pub tenant_id: Option<String>,
+    pub payload: Value,
+    pub metadata: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Event {
+    pub fn position(&self) -> Position {
+        Position::new(self.tx_id, self.id)
+    }
+
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.metadata.get("correlation_id").and_then(Value::as_str)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct EventRow {
+    pub id: i64,
+    pub tx: String,
+    pub stream_type: String,
+    pub stream_id: String,
+    pub stream_version: Option<i64>,
+    pub event_type: String,
+    pub tenant_id: Option<String>,
+    pub payload: Json<Value>,
+    pub metadata: Json<Value>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl TryFrom<EventRow> for Event {
+    type Error = Error;
+    fn try_from(r: EventRow) -> Result<Event> {
+        Ok(Event {
+            id: r.id,
+            tx_id: Position::parse_tx(&r.tx)?,
+            stream_type: r.stream_type,
+            stream_id: r.stream_id,
+            stream_version: r.stream_version,
+            event_type: r.event_type,
+            tenant_id: r.tenant_id,
+            payload: r.payload.0,
+            metadata: r.metadata.0,
+            created_at: r.created_at,
+        })
+    }
+}
+
+/// Columns of [`EventRow`], for queries that read events.
+pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id::text AS tx, e.stream_type, e.stream_id, \
+     e.stream_version, e.event_type, e.tenant_id, e.payload, e.metadata, e.created_at";

@@ -1,0 +1,390 @@
+//! Cursor rows (`highwater.consumer_shards`): registration, exclusive claims, reading a batch below
+//! the snapshot fence, and moving the cursor.
+use std::{str::FromStr, time::Duration};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
+
+use crate::{
+    Error, Event, Position, Result,
+    events::{EVENT_COLUMNS, EventRow},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Delivering normally (or caught up).
+    Idle,
+    /// The last attempt failed; the failing event is retried at `next_attempt_at`.
+    Processing,
+    /// Halted on a poison event after `maxAttempts`; `consumer restart` or `skip` resumes it.
+    Dead,
+    /// Suspended by `consumer disable` or `spec.suspend`: nothing delivered, nothing lost.
+    Disabled,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Idle => "idle",
+            Status::Processing => "processing",
+            Status::Dead => "dead",
+            Status::Disabled => "disabled",
+        }
+    }
+
+    pub fn delivers(self) -> bool {
+        matches!(self, Status::Idle | Status::Processing)
+    }
+}
+
+impl FromStr for Status {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "idle" => Status::Idle,
+            "processing" => Status::Processing,
+            "dead" => Status::Dead,
+            "disabled" => Status::Disabled,
+            other => return Err(Error::Config(format!("unknown shard status {other:?}"))),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Shard {
+    pub consumer: String,
+    pub instance_id: String,
+    pub cursor: Position,
+    pub status: Status,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub failing_event_id: Option<i64>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
+/// before every event; `latest` is the newest event below the fence, so events of transactions
+/// still running are delivered. Returns whether a row was created.
+pub async fn register(
+    conn: &mut PgConnection,
+    consumer: &str,
+    instance: &str,
+    pod_uid: Option<&str>,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "INSERT INTO highwater.consumer_shards
+                (consumer, instance_id, cursor_tx, cursor_id, status, pod_uid, heartbeat_at)
+         SELECT c.name, $2, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
+                CASE WHEN c.suspended THEN 'disabled' ELSE 'idle' END, $3, now()
+           FROM highwater.consumers c
+           LEFT JOIN LATERAL (
+                SELECT tx_id, id FROM highwater.events
+                 WHERE c.start_from = 'latest' AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                 ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
+          WHERE c.name = $1
+         ON CONFLICT (consumer, instance_id) DO NOTHING",
+    )
+    .bind(consumer)
+    .bind(instance)
+    .bind(pod_uid)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx::text AS cursor_tx, cursor_id, status, \
+     attempts, last_error, failing_event_id, next_attempt_at";
+
+fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
+    Ok(Shard {
+        consumer: r.try_get("consumer")?,
+        instance_id: r.try_get("instance_id")?,
+        cursor: Position::new(
+            Position::parse_tx(r.try_get("cursor_tx")?)?,
+            r.try_get("cursor_id")?,
+        ),
+        status: r.try_get::<&str, _>("status")?.parse()?,
+        attempts: r.try_get("attempts")?,
+        last_error: r.try_get("last_error")?,
+        failing_event_id: r.try_get("failing_event_id")?,
+        next_attempt_at: r.try_get("next_attempt_at")?,
+    })
+}
+
+pub async fn load(
+    conn: &mut PgConnection,
+    consumer: &str,
+    instance: &str,
+) -> Result<Option<Shard>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2"
+    )))
+    .bind(consumer)
+    .bind(instance)
+    .fetch_optional(conn)
+    .await?;
+    row.as_ref().map(shard_from_row).transpose()
+}
+
+pub async fn load_all(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<Shard>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards
+          WHERE $1::text IS NULL OR consumer = $1 ORDER BY consumer, instance_id"
+    )))
+    .bind(consumer)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(shard_from_row).collect()
+}
+
+/// A session-level advisory lock on one shard, held on one pooled connection. Advisory locks
+/// assign no transaction id, so holding one while a sink works never holds the fence back; and
+/// the server drops it when the connection dies, so a killed process releases its shards.
+pub struct ShardLock {
+    conn: Option<PoolConnection<Postgres>>,
+    key: String,
+}
+
+fn lock_key(consumer: &str, instance: &str) -> String {
+    format!("highwater\u{1f}{consumer}\u{1f}{instance}")
+}
+
+/// Claims a shard without waiting; `None` when another process holds it.
+pub async fn try_lock(pool: &PgPool, consumer: &str, instance: &str) -> Result<Option<ShardLock>> {
+    let mut conn = pool.acquire().await?;
+    let key = lock_key(consumer, instance);
+    let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+        .bind(&key)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(got.then(|| ShardLock {
+        conn: Some(conn),
+        key,
+    }))
+}
+
+impl ShardLock {
+    pub fn conn(&mut self) -> &mut PgConnection {
+        self.conn.as_mut().expect("connection held until release")
+    }
+
+    pub async fn release(mut self) -> Result<()> {
+        let mut conn = self.conn.take().expect("released once");
+        let r = sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
+            .bind(&self.key)
+            .execute(&mut *conn)
+            .await;
+        if r.is_err() {
+            conn.close_on_drop();
+        }
+        r?;
+        Ok(())
+    }
+}
+
+impl Drop for ShardLock {
+    fn drop(&mut self) {
+        // Not released (an error or a cancelled pass): never hand a locked session back to the
+        // pool; closing it drops the lock server-side.
+        if let Some(c) = self.conn.as_mut() {
+            c.close_on_drop();
+        }
+    }
+}
+
+/// What one read below the fence returns.
+#[derive(Debug)]
+pub struct Batch {
+    /// Events after the cursor and below the fence, in `(tx_id, id)` order, filtered by type.
+    pub events: Vec<Event>,
+    /// The newest event below the fence, whatever its type.
+    pub head: Option<Position>,
+    /// `pg_snapshot_xmax`: no transaction id at or above it has been assigned yet.
+    pub next_xid: u64,
+}
+
+/// Reads up to `limit` events after `cursor` below the snapshot fence. The cursor is passed as
+/// bind parameters so the row comparison is an index condition on `(tx_id, id)`; the fence, the
+/// head and the events all come from one statement, hence one snapshot.
+pub async fn read_batch(
+    conn: &mut PgConnection,
+    cursor: Position,
+    types: &[String],
+    limit: i64,
+) -> Result<Batch> {
+    let sql = format!(
+        "WITH s AS MATERIALIZED (
+             SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence,
+                    pg_snapshot_xmax(pg_current_snapshot()) AS next)
+         SELECT s.next::text AS next_xid, h.tx_id::text AS head_tx, h.id AS head_id, b.*
+           FROM s
+           LEFT JOIN LATERAL (
+                SELECT tx_id, id FROM highwater.events
+                 WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
+           LEFT JOIN LATERAL (
+                SELECT {EVENT_COLUMNS}, e.tx_id AS tx8 FROM highwater.events e
+                 WHERE (e.tx_id, e.id) > ($1::text::xid8, $2)
+                   AND e.tx_id < s.fence
+                   AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
+                 ORDER BY e.tx_id, e.id
+                 LIMIT $4) b ON true
+          ORDER BY b.tx8, b.id"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(cursor.tx_text())
+        .bind(cursor.id)
+        .bind(types)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?;
+    let first = rows
+        .first()
+        .ok_or_else(|| Error::Config("fence query returned no row".into()))?;
+    let next_xid = Position::parse_tx(first.try_get("next_xid")?)?;
+    let head = match first.try_get::<Option<&str>, _>("head_tx")? {
+        Some(tx) => Some(Position::new(
+            Position::parse_tx(tx)?,
+            first.try_get("head_id")?,
+        )),
+        None => None,
+    };
+    let mut events = Vec::with_capacity(rows.len());
+    for r in &rows {
+        if r.try_get::<Option<i64>, _>("id")?.is_none() {
+            continue;
+        }
+        let row = EventRow {
+            id: r.try_get("id")?,
+            tx: r.try_get("tx")?,
+            stream_type: r.try_get("stream_type")?,
+            stream_id: r.try_get("stream_id")?,
+            stream_version: r.try_get("stream_version")?,
+            event_type: r.try_get("event_type")?,
+            tenant_id: r.try_get("tenant_id")?,
+            payload: r.try_get("payload")?,
+            metadata: r.try_get("metadata")?,
+            created_at: r.try_get("created_at")?,
+        };
+        events.push(Event::try_from(row)?);
+    }
+    Ok(Batch {
+        events,
+        head,
+        next_xid,
+    })
+}
+
+/// Moves the cursor from `from` to `to` after a successful delivery and clears any failure.
+/// Conditional on the cursor still being at `from` and the shard still delivering, so a
+/// concurrent `rewind`, `disable` or `skip` wins over a pass that started before it.
+pub async fn advance(
+    conn: &mut PgConnection,
+    shard: &Shard,
+    from: Position,
+    to: Position,
+    delivered: i64,
+) -> Result<bool> {
+    let r = sqlx::query(
+        "UPDATE highwater.consumer_shards
+            SET cursor_tx = $3::text::xid8, cursor_id = $4, status = 'idle', attempts = 0,
+                last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL,
+                delivered_count = delivered_count + $7, heartbeat_at = now(), updated_at = now()
+          WHERE consumer = $1 AND instance_id = $2
+            AND cursor_tx = $5::text::xid8 AND cursor_id = $6
+            AND status IN ('idle', 'processing')",
+    )
+    .bind(&shard.consumer)
+    .bind(&shard.instance_id)
+    .bind(to.tx_text())
+    .bind(to.id)
+    .bind(from.tx_text())
+    .bind(from.id)
+    .bind(delivered)
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// What a failed attempt leaves behind.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub event: Event,
+    pub error: String,
+    /// Cursor after the events delivered before the failing one.
+    pub cursor: Position,
+    pub delivered: i64,
+    pub attempts: i32,
+    pub outcome: FailureOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureOutcome {
+    /// Retry the event after this delay.
+    Retry(Duration),
+    /// `maxAttempts` reached in halt mode: the shard goes dead.
+    Dead,
+    /// `maxAttempts` reached in skip mode: park the event and move past it.
+    Park,
+}
+
+/// Records a failed attempt (and any progress before it) in one conditional statement.
+pub async fn record_failure(
+    conn: &mut PgConnection,
+    shard: &Shard,
+    from: Position,
+    f: &Failure,
+) -> Result<bool> {
+    let error: String = f.error.chars().take(2000).collect();
+    let (status, cursor, retry_ms) = match f.outcome {
+        FailureOutcome::Retry(d) => ("processing", f.cursor, Some(d.as_millis() as i64)),
+        FailureOutcome::Dead => ("dead", f.cursor, None),
+        FailureOutcome::Park => ("idle", f.event.position(), None),
+    };
+    let parked = f.outcome == FailureOutcome::Park;
+    let r = sqlx::query(
+        "WITH upd AS (
+            UPDATE highwater.consumer_shards
+               SET cursor_tx = $3::text::xid8, cursor_id = $4, status = $7,
+                   attempts = CASE WHEN $12 THEN 0 ELSE $8 END,
+                   last_error = CASE WHEN $12 THEN NULL ELSE $9 END,
+                   failing_event_id = CASE WHEN $12 THEN NULL ELSE $10 END,
+                   next_attempt_at = now() + make_interval(secs => $11::float8 / 1000),
+                   delivered_count = delivered_count + $13,
+                   heartbeat_at = now(), updated_at = now()
+             WHERE consumer = $1 AND instance_id = $2
+               AND cursor_tx = $5::text::xid8 AND cursor_id = $6
+               AND status IN ('idle', 'processing')
+            RETURNING consumer, instance_id),
+         parked AS (
+            INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
+            SELECT consumer, instance_id, $10, $8, $9 FROM upd WHERE $12
+            ON CONFLICT DO NOTHING)
+         SELECT count(*) FROM upd",
+    )
+    .bind(&shard.consumer)
+    .bind(&shard.instance_id)
+    .bind(cursor.tx_text())
+    .bind(cursor.id)
+    .bind(from.tx_text())
+    .bind(from.id)
+    .bind(status)
+    .bind(f.attempts)
+    .bind(&error)
+    .bind(f.event.id)
+    .bind(retry_ms)
+    .bind(parked)
+    .bind(f.delivered)
+    .fetch_one(conn)
+    .await?;
+    Ok(r.try_get::<i64, _>(0)? == 1)
+}
+
+/// Marks this instance's shards alive, for `consumer gc` outside Kubernetes.
+pub async fn heartbeat(pool: &PgPool, instance: &str) -> Result<()> {
+    sqlx::query("UPDATE highwater.consumer_shards SET heartbeat_at = now() WHERE instance_id = $1")
+        .bind(instance)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

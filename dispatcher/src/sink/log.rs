@@ -1,0 +1,80 @@
+use std::{
+    fs::OpenOptions,
+    io::{self, Write},
+    sync::Mutex,
+};
+
+use async_trait::async_trait;
+use highwater_crds::LogSink as LogSinkSpec;
+use serde::Serialize;
+
+use super::{DeliveryContext, Sink, SinkError, idempotency_key};
+use crate::{Error, Event, Result};
+
+/// Writes one JSON line per event to stdout, stderr or a file (appended).
+pub struct LogSink {
+    out: Mutex<Box<dyn Write + Send>>,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    consumer: &'a str,
+    instance_id: &'a str,
+    idempotency_key: String,
+    event: &'a Event,
+}
+
+impl LogSink {
+    pub fn new(spec: &LogSinkSpec) -> Result<Self> {
+        let out: Box<dyn Write + Send> = match spec.target.as_deref() {
+            None | Some("stdout") => Box::new(io::stdout()),
+            Some("stderr") => Box::new(io::stderr()),
+            Some(path) => Box::new(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(Error::io(format!("opening log sink file {path}")))?,
+            ),
+        };
+        Ok(LogSink {
+            out: Mutex::new(out),
+        })
+    }
+}
+
+#[async_trait]
+impl Sink for LogSink {
+    fn kind(&self) -> &'static str {
+        "log"
+    }
+
+    async fn deliver(
+        &self,
+        ctx: &mut DeliveryContext<'_>,
+        events: &[Event],
+    ) -> Result<(), SinkError> {
+        let mut buf = Vec::with_capacity(events.len() * 256);
+        for ev in events {
+            let line = Line {
+                consumer: ctx.consumer,
+                instance_id: ctx.instance_id,
+                idempotency_key: idempotency_key(ctx.consumer, ev.id),
+                event: ev,
+            };
+            serde_json::to_writer(&mut buf, &line).map_err(|e| SinkError {
+                index: 0,
+                message: e.to_string(),
+            })?;
+            buf.push(b'\n');
+        }
+        // One write per batch: lines of concurrent consumers never interleave mid-line.
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        out.write_all(&buf)
+            .and_then(|_| out.flush())
+            .map_err(|e| SinkError {
+                index: 0,
+                message: format!("writing the log sink: {e}"),
+            })
+    }
+}
