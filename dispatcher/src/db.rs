@@ -45,13 +45,22 @@ fn options(url: &str) -> Result<PgConnectOptions> {
         .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(5)))
 }
 
-/// A pool, connected once to prove the database is there.
+/// A pool, connected once to prove the database is there. Short acquire timeout: for commands
+/// a person waits on; the dispatcher uses [`connect_with_retry`].
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+    connect_with(url, max_connections, Duration::from_secs(5)).await
+}
+
+async fn connect_with(
+    url: &str,
+    max_connections: u32,
+    acquire_timeout: Duration,
+) -> Result<PgPool> {
     let opts = options(url)?;
     PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire_timeout(acquire_timeout)
         .connect_with(opts)
         .await
         .map_err(|source| Error::Unreachable {
@@ -67,8 +76,26 @@ pub async fn connect_with_retry(
     max_connections: u32,
     give_up_after: Duration,
 ) -> Result<PgPool> {
-    let attempt = || connect(url, max_connections);
-    attempt
+    // Connections are held for a whole pass, so under load a pass may queue for one: be patient
+    // once running; but probe the first connection with a short timeout.
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_lazy_with(options(url)?);
+    let probe = || async {
+        match tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(source)) => Err(Error::Unreachable {
+                target: describe_target(url),
+                source,
+            }),
+            Err(_) => Err(Error::Unreachable {
+                target: describe_target(url),
+                source: sqlx::Error::PoolTimedOut,
+            }),
+        }
+    };
+    probe
         .retry(
             ExponentialBuilder::default()
                 .with_min_delay(Duration::from_millis(200))
@@ -77,11 +104,11 @@ pub async fn connect_with_retry(
                 .without_max_times()
                 .with_jitter(),
         )
-        .when(|e| matches!(e, Error::Unreachable { .. }))
         .notify(
             |e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"),
         )
-        .await
+        .await?;
+    Ok(pool)
 }
 
 /// Applies every migration not yet applied. Safe to run any number of times, concurrently too

@@ -59,14 +59,20 @@ impl Sink for SqlSink {
         ctx: &mut DeliveryContext<'_>,
         events: &[Event],
     ) -> Result<(), SinkError> {
+        let (consumer, instance_id) = (ctx.consumer, ctx.instance_id);
         let conn = ctx
             .tx
             .as_deref_mut()
             .expect("transactional sink gets the cursor transaction");
         // set_config(..., true) is SET LOCAL with bind parameters: no identifier quoting needed.
-        sqlx::query("SELECT set_config('statement_timeout', $1, true), set_config('role', coalesce($2, 'none'), true)")
-            .bind(self.timeout_ms.map(|m| m.to_string()).unwrap_or_else(|| "0".into()))
-            .bind(&self.role)
+        sqlx::query(
+            "SELECT set_config('statement_timeout', $1, true), set_config('role', coalesce($2, 'none'), true),
+                    set_config('highwater.consumer', $3, true), set_config('highwater.instance_id', $4, true)",
+        )
+        .bind(self.timeout_ms.map(|m| m.to_string()).unwrap_or_else(|| "0".into()))
+        .bind(&self.role)
+        .bind(consumer)
+        .bind(instance_id)
             .execute(&mut *conn)
             .await
             .map_err(|e| fail(0, e))?;

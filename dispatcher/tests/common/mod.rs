@@ -1,0 +1,167 @@
+//! Test harness: a throwaway PostgreSQL cluster per test, real `highwater` processes.
+#![allow(dead_code)]
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use highwater::{
+    db, definitions,
+    embedded::{EmbeddedOptions, EmbeddedPostgres},
+    event_types,
+};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use sqlx::PgPool;
+
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+    pub pg: EmbeddedPostgres,
+}
+
+/// A new cluster, migrated, with the event types `types` registered (no schema).
+pub async fn setup(types: &[&str]) -> TestDb {
+    let pg = EmbeddedPostgres::start(EmbeddedOptions::default())
+        .await
+        .expect("start postgres");
+    let url = pg.url();
+    let pool = db::connect(&url, 20).await.expect("connect");
+    db::migrate(&pool).await.expect("migrate");
+    for t in types {
+        event_types::register(&pool, t, None, None)
+            .await
+            .expect("register type");
+    }
+    TestDb { pool, url, pg }
+}
+
+pub async fn apply(pool: &PgPool, yaml: &str) {
+    let defs = definitions::parse(yaml, "test").expect("parse definitions");
+    definitions::apply(pool, &defs)
+        .await
+        .expect("apply definitions");
+}
+
+/// An EventConsumer document.
+pub fn consumer(name: &str, spec: &str) -> String {
+    let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n{indented}"
+    )
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_highwater")
+}
+
+/// A `highwater dispatch` process.
+pub struct Dispatcher {
+    pub child: Child,
+    pub instance: String,
+}
+
+impl Dispatcher {
+    pub fn start(url: &str, instance: &str, log_dir: &Path) -> Self {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_dir.join(format!("{instance}.log")))
+            .unwrap();
+        let child = Command::new(bin())
+            .args([
+                "dispatch",
+                "--instance-id",
+                instance,
+                "--poll-interval",
+                "20ms",
+                "--shutdown-grace",
+                "10s",
+            ])
+            .env("DATABASE_URL", url)
+            .env("HIGHWATER_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn dispatcher");
+        Dispatcher {
+            child,
+            instance: instance.to_owned(),
+        }
+    }
+
+    pub fn signal(&self, s: Signal) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), s);
+    }
+
+    pub fn sigkill(mut self) {
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub fn terminate(mut self, within: Duration) -> Option<i32> {
+        self.signal(Signal::SIGTERM);
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+pub async fn scalar_i64(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
+}
+
+/// Waits until `n` per-instance shards of `consumer` exist (their processes have registered).
+pub async fn wait_registered(pool: &PgPool, consumer: &str, n: i64) {
+    let pool = pool.clone();
+    let consumer = consumer.to_owned();
+    wait_for(Duration::from_secs(60), "dispatchers to register", || {
+        let pool = pool.clone();
+        let consumer = consumer.clone();
+        async move {
+            let c: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = $1",
+            )
+            .bind(&consumer)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            c >= n
+        }
+    })
+    .await;
+}
