@@ -76,13 +76,13 @@ impl ConsumerSpec {
         }
         let initial = duration("backoff.initial", &self.backoff.initial, &mut problems);
         let max = duration("backoff.max", &self.backoff.max, &mut problems);
-        if let (Some(i), Some(m)) = (initial, max) {
-            if i.is_zero() || i > m {
-                problems.push(format!(
-                    "backoff: initial ({}) must be above zero and at most max ({})",
-                    self.backoff.initial, self.backoff.max
-                ));
-            }
+        if let (Some(i), Some(m)) = (initial, max)
+            && (i.is_zero() || i > m)
+        {
+            problems.push(format!(
+                "backoff: initial ({}) must be above zero and at most max ({})",
+                self.backoff.initial, self.backoff.max
+            ));
         }
         let sinks = [
             self.sink.sql.is_some(),
@@ -101,10 +101,10 @@ impl ConsumerSpec {
             if sql.statement.trim().is_empty() {
                 problems.push("sink.sql.statement: is empty".to_owned());
             }
-            if let Some(role) = &sql.role {
-                if role.is_empty() || role.len() > 63 {
-                    problems.push(format!("sink.sql.role: {role:?} is not a role name"));
-                }
+            if let Some(role) = &sql.role
+                && (role.is_empty() || role.len() > 63)
+            {
+                problems.push(format!("sink.sql.role: {role:?} is not a role name"));
             }
             if let Some(t) = &sql.timeout {
                 duration("sink.sql.timeout", t, &mut problems);

@@ -135,17 +135,17 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         .bind(&d.name)
         .fetch_optional(&mut *tx)
         .await?;
-        if let Some((delivery, _, _)) = &existing {
-            if delivery != d.spec.delivery.as_str() {
-                return Err(Error::Refused(format!(
-                    "consumer {:?}: delivery cannot change from {delivery} to {} (its cursors belong \
+        if let Some((delivery, _, _)) = &existing
+            && delivery != d.spec.delivery.as_str()
+        {
+            return Err(Error::Refused(format!(
+                "consumer {:?}: delivery cannot change from {delivery} to {} (its cursors belong \
                      to the old mode)\n  fix: `highwater consumer delete {}` and apply again, or \
                      use a new name",
-                    d.name,
-                    d.spec.delivery.as_str(),
-                    d.name
-                )));
-            }
+                d.name,
+                d.spec.delivery.as_str(),
+                d.name
+            )));
         }
         let outcome = match &existing {
             None => Applied::Created,

@@ -66,16 +66,16 @@ impl Error {
 
     /// Maps the SQLSTATEs raised by `highwater.append` to their variants.
     pub fn from_append(e: sqlx::Error) -> Error {
-        if let Some(db) = e.as_database_error() {
-            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
-                let message = pg.message().to_owned();
-                let hint = pg.hint().map(str::to_owned);
-                match pg.code() {
-                    "HW001" => return Error::UnknownEventType { message, hint },
-                    "HW002" => return Error::InvalidPayload { message, hint },
-                    "HW003" => return Error::VersionConflict { message, hint },
-                    _ => {}
-                }
+        if let Some(db) = e.as_database_error()
+            && let Some(pg) = db.try_downcast_ref::<PgDatabaseError>()
+        {
+            let message = pg.message().to_owned();
+            let hint = pg.hint().map(str::to_owned);
+            match pg.code() {
+                "HW001" => return Error::UnknownEventType { message, hint },
+                "HW002" => return Error::InvalidPayload { message, hint },
+                "HW003" => return Error::VersionConflict { message, hint },
+                _ => {}
             }
         }
         Error::Database(e)

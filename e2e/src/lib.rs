@@ -1,1 +1,2 @@
-
+//! End-to-end and benchmark harnesses for highwater. Not written yet.
+#![forbid(unsafe_code)]
