@@ -101,10 +101,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            initial: default_backoff_initial(),
-            max: default_backoff_max(),
-        }
+        Backoff { initial: default_backoff_initial(), max: default_backoff_max() }
     }
 }
 

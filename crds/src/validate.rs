@@ -17,9 +17,7 @@ pub struct SpecError {
 pub fn validate_consumer_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {
@@ -36,9 +34,7 @@ fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Dura
     match humantime::parse_duration(value) {
         Ok(d) => Some(d),
         Err(e) => {
-            problems.push(format!(
-                "{field}: {value:?} is not a duration ({e}); write e.g. 500ms, 10s, 5m"
-            ));
+            problems.push(format!("{field}: {value:?} is not a duration ({e}); write e.g. 500ms, 10s, 5m"));
             None
         }
     }
@@ -52,22 +48,13 @@ impl ConsumerSpec {
             problems.push(e);
         }
         if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
-            problems.push(format!(
-                "maxAttempts: {} is out of range 1..={MAX_MAX_ATTEMPTS}",
-                self.max_attempts
-            ));
+            problems.push(format!("maxAttempts: {} is out of range 1..={MAX_MAX_ATTEMPTS}", self.max_attempts));
         }
         if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
-            problems.push(format!(
-                "batchSize: {} is out of range 1..={MAX_BATCH_SIZE}",
-                self.batch_size
-            ));
+            problems.push(format!("batchSize: {} is out of range 1..={MAX_BATCH_SIZE}", self.batch_size));
         }
         if let Err(e) = validate_consumer_name(&self.group) {
-            problems.push(format!(
-                "group: {}",
-                e.replace("consumer name", "group name")
-            ));
+            problems.push(format!("group: {}", e.replace("consumer name", "group name")));
         }
         for t in &self.event_types {
             if t.is_empty() {
@@ -84,18 +71,10 @@ impl ConsumerSpec {
                 self.backoff.initial, self.backoff.max
             ));
         }
-        let sinks = [
-            self.sink.sql.is_some(),
-            self.sink.log.is_some(),
-            self.sink.sse.is_some(),
-        ]
-        .iter()
-        .filter(|s| **s)
-        .count();
+        let sinks =
+            [self.sink.sql.is_some(), self.sink.log.is_some(), self.sink.sse.is_some()].iter().filter(|s| **s).count();
         if sinks != 1 {
-            problems.push(format!(
-                "sink: exactly one of sql, log, sse must be set, found {sinks}"
-            ));
+            problems.push(format!("sink: exactly one of sql, log, sse must be set, found {sinks}"));
         }
         if let Some(sql) = &self.sink.sql {
             if sql.statement.trim().is_empty() {
@@ -117,11 +96,7 @@ impl ConsumerSpec {
                     .to_owned(),
             );
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(SpecError { problems })
-        }
+        if problems.is_empty() { Ok(()) } else { Err(SpecError { problems }) }
     }
 }
 
@@ -150,10 +125,7 @@ mod tests {
     #[test]
     fn sse_on_shared_is_refused() {
         let mut s = spec();
-        s.sink = SinkSpec {
-            sse: Some(SseSink::default()),
-            ..Default::default()
-        };
+        s.sink = SinkSpec { sse: Some(SseSink::default()), ..Default::default() };
         let e = s.validate("live").unwrap_err();
         assert!(e.to_string().contains("delivery: PerInstance"), "{e}");
     }
@@ -162,12 +134,7 @@ mod tests {
     fn two_sinks_are_refused() {
         let mut s = spec();
         s.sink.log = Some(Default::default());
-        assert!(
-            s.validate("x")
-                .unwrap_err()
-                .to_string()
-                .contains("exactly one")
-        );
+        assert!(s.validate("x").unwrap_err().to_string().contains("exactly one"));
     }
 
     #[test]
@@ -175,11 +142,7 @@ mod tests {
         let mut s = spec();
         s.max_attempts = 0;
         s.batch_size = 20_000;
-        s.sink.sql = Some(SqlSink {
-            statement: " ".into(),
-            role: None,
-            timeout: Some("soon".into()),
-        });
+        s.sink.sql = Some(SqlSink { statement: " ".into(), role: None, timeout: Some("soon".into()) });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
     }
@@ -189,10 +152,6 @@ mod tests {
         let r: Result<ConsumerSpec, _> = serde_json::from_value(serde_json::json!({
             "delivery": "Shared", "maxAttempt": 3, "sink": {"log": {}}
         }));
-        assert!(
-            r.unwrap_err()
-                .to_string()
-                .contains("unknown field `maxAttempt`")
-        );
+        assert!(r.unwrap_err().to_string().contains("unknown field `maxAttempt`"));
     }
 }

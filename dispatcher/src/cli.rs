@@ -4,16 +4,10 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    Error, NewEvent, Result, db, definitions, dispatch, event_types, instance, ops, quickstart,
-};
+use crate::{Error, NewEvent, Result, db, definitions, dispatch, event_types, instance, ops, quickstart};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "highwater",
-    version,
-    about = "Gap-free post-commit event delivery from PostgreSQL"
-)]
+#[command(name = "highwater", version, about = "Gap-free post-commit event delivery from PostgreSQL")]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -27,13 +21,7 @@ pub struct Global {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
     /// Log format on stderr.
-    #[arg(
-        long,
-        env = "HIGHWATER_LOG_FORMAT",
-        value_enum,
-        default_value = "text",
-        global = true
-    )]
+    #[arg(long, env = "HIGHWATER_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
 }
 
@@ -159,9 +147,7 @@ pub enum EventTypesCmd {
 pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HIGHWATER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -180,8 +166,7 @@ fn require_url(g: &Global) -> Result<String> {
 
 fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
     let body = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(Error::io(format!("reading {what} file {path}")))?,
+        Some(path) => std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?,
         None => text.to_owned(),
     };
     serde_json::from_str(&body).map_err(|e| Error::Config(format!("{what} is not valid JSON: {e}")))
@@ -192,8 +177,8 @@ pub fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -255,10 +240,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 stream_id,
                 event_type,
                 payload: json_arg(&payload, "--payload")?,
-                metadata: metadata
-                    .as_deref()
-                    .map(|m| json_arg(m, "--metadata"))
-                    .transpose()?,
+                metadata: metadata.as_deref().map(|m| json_arg(m, "--metadata")).transpose()?,
                 tenant_id: tenant,
                 expected_version,
             };
@@ -272,31 +254,15 @@ pub async fn run(cli: Cli) -> Result<()> {
             let pool = db::connect(&url, 1).await?;
             db::check_migrated(&pool, &url).await?;
             match c {
-                EventTypesCmd::Register {
-                    name,
-                    schema,
-                    description,
-                } => {
-                    let schema = schema
-                        .map(|p| json_arg(&format!("@{}", p.display()), "--schema"))
-                        .transpose()?;
-                    event_types::register(&pool, &name, schema.as_ref(), description.as_deref())
-                        .await?;
+                EventTypesCmd::Register { name, schema, description } => {
+                    let schema = schema.map(|p| json_arg(&format!("@{}", p.display()), "--schema")).transpose()?;
+                    event_types::register(&pool, &name, schema.as_ref(), description.as_deref()).await?;
                     println!("event type {name} registered");
                 }
                 EventTypesCmd::List => {
                     for t in event_types::list(&pool).await? {
-                        let schema = if t.json_schema.is_some() {
-                            "schema"
-                        } else {
-                            "-"
-                        };
-                        println!(
-                            "{:<40} {:<7} {}",
-                            t.event_type,
-                            schema,
-                            t.description.unwrap_or_default()
-                        );
+                        let schema = if t.json_schema.is_some() { "schema" } else { "-" };
+                        println!("{:<40} {:<7} {}", t.event_type, schema, t.description.unwrap_or_default());
                     }
                 }
             }
@@ -311,10 +277,7 @@ async fn consumer(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::Apply { file } => {
             let defs = definitions::load(&file)?;
             if defs.is_empty() {
-                return Err(Error::Refused(format!(
-                    "{} holds no EventConsumer",
-                    file.display()
-                )));
+                return Err(Error::Refused(format!("{} holds no EventConsumer", file.display())));
             }
             for (name, outcome) in definitions::apply(pool, &defs).await? {
                 let word = match outcome {
@@ -346,10 +309,7 @@ async fn consumer(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
 fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
     match output {
         Output::Table => print!("{}", ops::render_table(rows)),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))?
-        ),
+        Output::Json => println!("{}", serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))?),
     }
     Ok(())
 }

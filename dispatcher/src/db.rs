@@ -22,13 +22,7 @@ pub fn migrator() -> Migrator {
 /// `user@host:port/database`, never the password.
 pub fn describe_target(url: &str) -> String {
     match PgConnectOptions::from_str(url) {
-        Ok(o) => format!(
-            "{}@{}:{}/{}",
-            o.get_username(),
-            o.get_host(),
-            o.get_port(),
-            o.get_database().unwrap_or("")
-        ),
+        Ok(o) => format!("{}@{}:{}/{}", o.get_username(), o.get_host(), o.get_port(), o.get_database().unwrap_or("")),
         Err(_) => "<unparseable DATABASE_URL>".to_owned(),
     }
 }
@@ -51,11 +45,7 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     connect_with(url, max_connections, Duration::from_secs(5)).await
 }
 
-async fn connect_with(
-    url: &str,
-    max_connections: u32,
-    acquire_timeout: Duration,
-) -> Result<PgPool> {
+async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
     let opts = options(url)?;
     PgPoolOptions::new()
         .max_connections(max_connections)
@@ -63,19 +53,12 @@ async fn connect_with(
         .acquire_timeout(acquire_timeout)
         .connect_with(opts)
         .await
-        .map_err(|source| Error::Unreachable {
-            target: describe_target(url),
-            source,
-        })
+        .map_err(|source| Error::Unreachable { target: describe_target(url), source })
 }
 
 /// Like [`connect`], retrying with exponential backoff until `give_up_after` has passed, so a
 /// process started before its database comes up on its own.
-pub async fn connect_with_retry(
-    url: &str,
-    max_connections: u32,
-    give_up_after: Duration,
-) -> Result<PgPool> {
+pub async fn connect_with_retry(url: &str, max_connections: u32, give_up_after: Duration) -> Result<PgPool> {
     // Connections are held for a whole pass, so under load a pass may queue for one: be patient
     // once running; but probe the first connection with a short timeout.
     let pool = PgPoolOptions::new()
@@ -85,14 +68,8 @@ pub async fn connect_with_retry(
     let probe = || async {
         match tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(source)) => Err(Error::Unreachable {
-                target: describe_target(url),
-                source,
-            }),
-            Err(_) => Err(Error::Unreachable {
-                target: describe_target(url),
-                source: sqlx::Error::PoolTimedOut,
-            }),
+            Ok(Err(source)) => Err(Error::Unreachable { target: describe_target(url), source }),
+            Err(_) => Err(Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut }),
         }
     };
     probe
@@ -104,9 +81,7 @@ pub async fn connect_with_retry(
                 .without_max_times()
                 .with_jitter(),
         )
-        .notify(
-            |e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"),
-        )
+        .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"))
         .await?;
     Ok(pool)
 }
@@ -122,23 +97,15 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 pub async fn check_migrated(pool: &PgPool, url: &str) -> Result<()> {
     let latest = migrator().iter().map(|m| m.version).max().unwrap_or(0);
     let applied: Result<Option<i64>, sqlx::Error> =
-        sqlx::query_scalar("SELECT max(version) FROM highwater._sqlx_migrations WHERE success")
-            .fetch_one(pool)
-            .await;
+        sqlx::query_scalar("SELECT max(version) FROM highwater._sqlx_migrations WHERE success").fetch_one(pool).await;
     match applied {
         Ok(Some(v)) if v >= latest => Ok(()),
-        Ok(_) => Err(Error::NotMigrated {
-            target: describe_target(url),
-        }),
-        Err(e) if is_undefined_table(&e) => Err(Error::NotMigrated {
-            target: describe_target(url),
-        }),
+        Ok(_) => Err(Error::NotMigrated { target: describe_target(url) }),
+        Err(e) if is_undefined_table(&e) => Err(Error::NotMigrated { target: describe_target(url) }),
         Err(e) => Err(e.into()),
     }
 }
 
 fn is_undefined_table(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|c| c == "42P01" || c == "3F000")
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42P01" || c == "3F000")
 }

@@ -48,10 +48,7 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = format!("{source} (document {})", i + 1);
-        let bad = |problem: String| Error::Definition {
-            origin: origin.clone(),
-            problem,
-        };
+        let bad = |problem: String| Error::Definition { origin: origin.clone(), problem };
         let Some(d) = Option::<Document>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
             continue;
         };
@@ -63,11 +60,7 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
         }
         let name = d.spec.consumer_name.clone().unwrap_or(d.metadata.name);
         d.spec.validate(&name).map_err(|e| bad(e.to_string()))?;
-        out.push(Definition {
-            name,
-            spec: d.spec,
-            source: source.to_owned(),
-        });
+        out.push(Definition { name, spec: d.spec, source: source.to_owned() });
     }
     Ok(out)
 }
@@ -76,9 +69,7 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
 pub fn load(path: &Path) -> Result<Vec<Definition>> {
     let mut files = Vec::new();
     if path.is_dir() {
-        for e in
-            std::fs::read_dir(path).map_err(Error::io(format!("reading {}", path.display())))?
-        {
+        for e in std::fs::read_dir(path).map_err(Error::io(format!("reading {}", path.display())))? {
             let p = e.map_err(Error::io("reading a directory entry"))?.path();
             if matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
                 files.push(p);
@@ -90,8 +81,7 @@ pub fn load(path: &Path) -> Result<Vec<Definition>> {
     }
     let mut out = Vec::new();
     for f in files {
-        let text =
-            std::fs::read_to_string(&f).map_err(Error::io(format!("reading {}", f.display())))?;
+        let text = std::fs::read_to_string(&f).map_err(Error::io(format!("reading {}", f.display())))?;
         out.extend(parse(&text, &format!("file:{}", f.display()))?);
     }
     Ok(out)
@@ -110,10 +100,7 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
     let mut seen = std::collections::HashSet::new();
     for d in defs {
         if !seen.insert(&d.name) {
-            return Err(Error::Refused(format!(
-                "consumer {:?} is defined twice in this input",
-                d.name
-            )));
+            return Err(Error::Refused(format!("consumer {:?} is defined twice in this input", d.name)));
         }
         let unknown = event_types::unknown(pool, &d.spec.event_types).await?;
         if !unknown.is_empty() {
@@ -129,12 +116,11 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
     let mut tx = pool.begin().await?;
     let mut out = Vec::new();
     for d in defs {
-        let existing: Option<(String, Json<ConsumerSpec>, bool)> = sqlx::query_as(
-            "SELECT delivery, spec, suspended FROM highwater.consumers WHERE name = $1 FOR UPDATE",
-        )
-        .bind(&d.name)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let existing: Option<(String, Json<ConsumerSpec>, bool)> =
+            sqlx::query_as("SELECT delivery, spec, suspended FROM highwater.consumers WHERE name = $1 FOR UPDATE")
+                .bind(&d.name)
+                .fetch_optional(&mut *tx)
+                .await?;
         if let Some((delivery, _, _)) = &existing
             && delivery != d.spec.delivery.as_str()
         {
@@ -170,10 +156,7 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query("SELECT pg_notify('highwater_control', $1)")
-            .bind(&d.name)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(&d.name).execute(&mut *tx).await?;
         out.push((d.name.clone(), outcome));
     }
     tx.commit().await?;
@@ -213,38 +196,22 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
 
 /// Deletes a consumer and all its shards.
 pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
-    let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1")
-        .bind(name)
-        .execute(pool)
-        .await?;
+    let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1").bind(name).execute(pool).await?;
     if n.rows_affected() == 0 {
-        return Err(Error::Refused(format!(
-            "no consumer named {name:?}; `highwater consumer list` shows them"
-        )));
+        return Err(Error::Refused(format!("no consumer named {name:?}; `highwater consumer list` shows them")));
     }
-    sqlx::query("SELECT pg_notify('highwater_control', $1)")
-        .bind(name)
-        .execute(pool)
-        .await?;
+    sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(name).execute(pool).await?;
     Ok(())
 }
 
 /// The definitions a dispatcher of `group` runs.
 pub async fn load_group(pool: &PgPool, group: &str) -> Result<Vec<Definition>> {
-    let rows: Vec<(String, Json<ConsumerSpec>, String)> = sqlx::query_as(
-        "SELECT name, spec, source FROM highwater.consumers WHERE consumer_group = $1 ORDER BY name",
-    )
-    .bind(group)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(name, spec, source)| Definition {
-            name,
-            spec: spec.0,
-            source,
-        })
-        .collect())
+    let rows: Vec<(String, Json<ConsumerSpec>, String)> =
+        sqlx::query_as("SELECT name, spec, source FROM highwater.consumers WHERE consumer_group = $1 ORDER BY name")
+            .bind(group)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(name, spec, source)| Definition { name, spec: spec.0, source }).collect())
 }
 
 #[cfg(test)]
@@ -280,39 +247,24 @@ spec:
     fn unknown_field_is_named_with_its_place() {
         let bad = GOOD.replace("eventTypes", "eventType");
         let e = parse(&bad, "file:x.yaml").unwrap_err().to_string();
-        assert!(
-            e.contains("unknown field `eventType`") && e.contains("document 1"),
-            "{e}"
-        );
+        assert!(e.contains("unknown field `eventType`") && e.contains("document 1"), "{e}");
     }
 
     #[test]
     fn wrong_kind_is_refused() {
-        let e = parse(
-            &GOOD.replace("kind: EventConsumer", "kind: Deployment"),
-            "f",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = parse(&GOOD.replace("kind: EventConsumer", "kind: Deployment"), "f").unwrap_err().to_string();
         assert!(e.contains("kind: EventConsumer"), "{e}");
     }
 
     #[test]
     fn bad_value_is_refused() {
-        let e = parse(
-            &GOOD.replace("delivery: Shared", "delivery: Sometimes"),
-            "f",
-        )
-        .unwrap_err()
-        .to_string();
+        let e = parse(&GOOD.replace("delivery: Shared", "delivery: Sometimes"), "f").unwrap_err().to_string();
         assert!(e.contains("Sometimes"), "{e}");
     }
 
     #[test]
     fn sse_on_shared_is_refused() {
-        let e = parse(&GOOD.replace("sink: {log: {}}", "sink: {sse: {}}"), "f")
-            .unwrap_err()
-            .to_string();
+        let e = parse(&GOOD.replace("sink: {log: {}}", "sink: {sse: {}}"), "f").unwrap_err().to_string();
         assert!(e.contains("PerInstance"), "{e}");
     }
 }

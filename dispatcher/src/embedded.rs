@@ -84,9 +84,7 @@ pub fn find_bindir() -> Result<PathBuf> {
 /// A port nobody listens on right now.
 pub fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
-    Ok(l.local_addr()
-        .map_err(Error::io("reading the bound port"))?
-        .port())
+    Ok(l.local_addr().map_err(Error::io("reading the bound port"))?.port())
 }
 
 impl EmbeddedPostgres {
@@ -99,24 +97,20 @@ impl EmbeddedPostgres {
             .tempdir()
             .map_err(Error::io("creating the data directory"))?;
         let run_as = if nix::unistd::geteuid().is_root() {
-            let user = ["postgres", "nobody"]
-                .iter()
-                .find_map(|n| User::from_name(n).ok().flatten())
-                .ok_or_else(|| Error::Config("running as root and no `postgres` or `nobody` user exists to run PostgreSQL as".into()))?;
+            let user =
+                ["postgres", "nobody"].iter().find_map(|n| User::from_name(n).ok().flatten()).ok_or_else(|| {
+                    Error::Config(
+                        "running as root and no `postgres` or `nobody` user exists to run PostgreSQL as".into(),
+                    )
+                })?;
             chown(dir.path(), Some(user.uid), Some(user.gid))
                 .map_err(|e| Error::Config(format!("chown of {}: {e}", dir.path().display())))?;
             Some(user)
         } else {
             None
         };
-        let mut pg = EmbeddedPostgres {
-            dir: Some(dir),
-            bindir,
-            port: 0,
-            run_as,
-            child: None,
-            settings: options.settings,
-        };
+        let mut pg =
+            EmbeddedPostgres { dir: Some(dir), bindir, port: 0, run_as, child: None, settings: options.settings };
         pg.initdb()?;
         pg.port = free_port()?;
         pg.spawn().await?;
@@ -128,10 +122,7 @@ impl EmbeddedPostgres {
     }
 
     fn root(&self) -> &Path {
-        self.dir
-            .as_ref()
-            .expect("data directory present until drop")
-            .path()
+        self.dir.as_ref().expect("data directory present until drop").path()
     }
 
     fn command(&self, program: &str) -> Command {
@@ -146,26 +137,12 @@ impl EmbeddedPostgres {
     fn initdb(&self) -> Result<()> {
         let out = self
             .command("initdb")
-            .args([
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--no-instructions",
-                "-D",
-            ])
+            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions", "-D"])
             .arg(self.data_dir())
             .output()
             .map_err(Error::io("running initdb"))?;
         if !out.status.success() {
-            return Err(Error::Config(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
+            return Err(Error::Config(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         Ok(())
     }
@@ -179,14 +156,7 @@ impl EmbeddedPostgres {
         let mut cmd = self.command("postgres");
         cmd.arg("-D")
             .arg(self.data_dir())
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "unix_socket_directories=",
-            ])
+            .args(["-p", &self.port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(Error::io("log"))?)
             .stderr(log);
@@ -198,22 +168,12 @@ impl EmbeddedPostgres {
         self.child = Some(cmd.spawn().map_err(Error::io("starting postgres"))?);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(Error::Config(format!(
-                    "postgres exited ({status}) while starting:\n{log}"
-                )));
+                return Err(Error::Config(format!("postgres exited ({status}) while starting:\n{log}")));
             }
-            if sqlx::PgPool::connect(&self.url())
-                .await
-                .map(|p| tokio::spawn(async move { p.close().await }))
-                .is_ok()
-            {
+            if sqlx::PgPool::connect(&self.url()).await.map(|p| tokio::spawn(async move { p.close().await })).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -242,12 +202,9 @@ impl EmbeddedPostgres {
     /// Creates a database and returns its URL.
     pub async fn create_database(&self, name: &str) -> Result<String> {
         let pool = sqlx::PgPool::connect(&self.url()).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE DATABASE \"{}\"",
-            name.replace('"', "\"\"")
-        )))
-        .execute(&pool)
-        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""))))
+            .execute(&pool)
+            .await?;
         pool.close().await;
         Ok(self.url_for(name))
     }

@@ -6,20 +6,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{message}{}", hint_suffix(.hint))]
-    UnknownEventType {
-        message: String,
-        hint: Option<String>,
-    },
+    UnknownEventType { message: String, hint: Option<String> },
     #[error("{message}{}", hint_suffix(.hint))]
-    InvalidPayload {
-        message: String,
-        hint: Option<String>,
-    },
+    InvalidPayload { message: String, hint: Option<String> },
     #[error("{message}{}", hint_suffix(.hint))]
-    VersionConflict {
-        message: String,
-        hint: Option<String>,
-    },
+    VersionConflict { message: String, hint: Option<String> },
     #[error(
         "cannot reach the database at {target}: {source}\n  fix: check --database-url / \
          DATABASE_URL and that PostgreSQL is running and accepts connections"
@@ -53,9 +44,7 @@ pub enum Error {
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
-    hint.as_ref()
-        .map(|h| format!("\n  fix: {h}"))
-        .unwrap_or_default()
+    hint.as_ref().map(|h| format!("\n  fix: {h}")).unwrap_or_default()
 }
 
 impl Error {

@@ -43,9 +43,7 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
 /// that it only uses keywords the database enforces.
 pub fn check_schema(event_type: &str, schema: &Value) -> Result<()> {
     if let Err(e) = jsonschema::meta::validate(schema) {
-        return Err(Error::Refused(format!(
-            "the schema for {event_type:?} is not a valid JSON Schema: {e}"
-        )));
+        return Err(Error::Refused(format!("the schema for {event_type:?} is not a valid JSON Schema: {e}")));
     }
     let mut unsupported = Vec::new();
     walk(schema, "$", &mut unsupported);
@@ -156,9 +154,7 @@ mod tests {
 
     #[test]
     fn refuses_invalid_schemas() {
-        let e = check_schema("X", &json!({"type": "banana"}))
-            .unwrap_err()
-            .to_string();
+        let e = check_schema("X", &json!({"type": "banana"})).unwrap_err().to_string();
         assert!(e.contains("not a valid JSON Schema"), "{e}");
     }
 }

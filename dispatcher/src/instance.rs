@@ -45,9 +45,6 @@ mod tests {
     #[test]
     fn spaces_are_refused() {
         assert!(resolve(Some("a b")).is_err());
-        assert_eq!(
-            resolve(Some("dispatcher-7f9c-x2")).unwrap(),
-            "dispatcher-7f9c-x2"
-        );
+        assert_eq!(resolve(Some("dispatcher-7f9c-x2")).unwrap(), "dispatcher-7f9c-x2");
     }
 }

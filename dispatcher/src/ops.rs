@@ -56,24 +56,10 @@ pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardSt
 pub fn render_table(rows: &[ShardStatus]) -> String {
     let mut out = format!(
         "{:<24} {:<22} {:<11} {:<10} {:>9} {:>7} {:>8} {:>8}  {}\n",
-        "CONSUMER",
-        "INSTANCE",
-        "DELIVERY",
-        "STATUS",
-        "DELIVERED",
-        "LAG",
-        "LAG(s)",
-        "ATTEMPTS",
-        "LAST ERROR"
+        "CONSUMER", "INSTANCE", "DELIVERY", "STATUS", "DELIVERED", "LAG", "LAG(s)", "ATTEMPTS", "LAST ERROR"
     );
     for r in rows {
-        let err: String = r
-            .last_error
-            .as_deref()
-            .unwrap_or("")
-            .chars()
-            .take(60)
-            .collect();
+        let err: String = r.last_error.as_deref().unwrap_or("").chars().take(60).collect();
         out.push_str(&format!(
             "{:<24} {:<22} {:<11} {:<10} {:>9} {:>7} {:>8} {:>8}  {}\n",
             r.consumer,
@@ -82,9 +68,7 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
             r.status,
             r.delivered_count,
             r.lag_events,
-            r.lag_seconds
-                .map(|s| format!("{s:.1}"))
-                .unwrap_or_else(|| "-".into()),
+            r.lag_seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into()),
             r.attempts,
             err
         ));

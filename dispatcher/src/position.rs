@@ -21,8 +21,7 @@ impl Position {
     }
 
     pub fn parse_tx(text: &str) -> Result<u64, crate::Error> {
-        text.parse()
-            .map_err(|_| crate::Error::Config(format!("{text:?} is not a transaction id")))
+        text.parse().map_err(|_| crate::Error::Config(format!("{text:?} is not a transaction id")))
     }
 }
 

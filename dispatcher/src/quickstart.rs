@@ -34,18 +34,9 @@ pub struct QuickstartArgs {
 }
 
 const EXAMPLES: &[(&str, &str)] = &[
-    (
-        "examples/order-projection.yaml",
-        include_str!("../../examples/order-projection.yaml"),
-    ),
-    (
-        "examples/order-audit-log.yaml",
-        include_str!("../../examples/order-audit-log.yaml"),
-    ),
-    (
-        "examples/cache-invalidation.yaml",
-        include_str!("../../examples/cache-invalidation.yaml"),
-    ),
+    ("examples/order-projection.yaml", include_str!("../../examples/order-projection.yaml")),
+    ("examples/order-audit-log.yaml", include_str!("../../examples/order-audit-log.yaml")),
+    ("examples/cache-invalidation.yaml", include_str!("../../examples/cache-invalidation.yaml")),
 ];
 
 pub async fn run(database_url: Option<String>, a: QuickstartArgs) -> Result<()> {
@@ -54,10 +45,7 @@ pub async fn run(database_url: Option<String>, a: QuickstartArgs) -> Result<()> 
         None => {
             println!("DATABASE_URL is not set: starting an embedded PostgreSQL ...");
             let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await?;
-            println!(
-                "  PostgreSQL listening on 127.0.0.1:{} (removed when the quickstart ends)",
-                pg.port()
-            );
+            println!("  PostgreSQL listening on 127.0.0.1:{} (removed when the quickstart ends)", pg.port());
             Some(pg)
         }
     };
@@ -71,21 +59,12 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     let pool = db::connect(url, 8).await?;
     db::migrate(&pool).await?;
     println!("schema migrated on {}", db::describe_target(url));
-    sqlx::raw_sql(include_str!("../../examples/schema.sql"))
-        .execute(&pool)
-        .await?;
+    sqlx::raw_sql(include_str!("../../examples/schema.sql")).execute(&pool).await?;
     for (name, schema) in [
-        (
-            "OrderPlaced",
-            include_str!("../../examples/event-types/OrderPlaced.schema.json"),
-        ),
-        (
-            "OrderCancelled",
-            include_str!("../../examples/event-types/OrderCancelled.schema.json"),
-        ),
+        ("OrderPlaced", include_str!("../../examples/event-types/OrderPlaced.schema.json")),
+        ("OrderCancelled", include_str!("../../examples/event-types/OrderCancelled.schema.json")),
     ] {
-        let schema: serde_json::Value =
-            serde_json::from_str(schema).map_err(|e| Error::Config(e.to_string()))?;
+        let schema: serde_json::Value = serde_json::from_str(schema).map_err(|e| Error::Config(e.to_string()))?;
         event_types::register(&pool, name, Some(&schema), None).await?;
     }
     let mut defs = Vec::new();
@@ -96,48 +75,30 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
         println!("eventconsumer/{name} applied");
     }
 
-    let logs = tempfile::Builder::new()
-        .prefix("highwater-quickstart-")
-        .tempdir()
-        .map_err(Error::io("temp dir"))?;
+    let logs = tempfile::Builder::new().prefix("highwater-quickstart-").tempdir().map_err(Error::io("temp dir"))?;
     let exe = std::env::current_exe().map_err(Error::io("locating the highwater binary"))?;
     let mut children = Vec::new();
     for i in 0..a.instances {
-        children.push(spawn_dispatcher(
-            &exe,
-            url,
-            &format!("quickstart-{i}"),
-            logs.path(),
-        )?);
+        children.push(spawn_dispatcher(&exe, url, &format!("quickstart-{i}"), logs.path())?);
     }
-    println!(
-        "{} dispatcher processes starting (logs in {})",
-        a.instances,
-        logs.path().display()
-    );
+    println!("{} dispatcher processes starting (logs in {})", a.instances, logs.path().display());
     // Per-instance consumers start at the head when their process registers its shard: wait for
     // every process, or events appended before it registered are (rightly) not its to deliver.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let registered: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'cache-invalidation'",
-        )
-        .fetch_one(&pool)
-        .await?;
+        let registered: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'cache-invalidation'")
+                .fetch_one(&pool)
+                .await?;
         if registered as usize >= a.instances {
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Refused(
-                "dispatchers did not register within 60s; see their logs".into(),
-            ));
+            return Err(Error::Refused("dispatchers did not register within 60s; see their logs".into()));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!(
-        "all dispatchers registered; appending {} events\n",
-        a.events
-    );
+    println!("all dispatchers registered; appending {} events\n", a.events);
 
     let writer = tokio::spawn(write_events(pool.clone(), a.events, a.write_for));
     let interrupted = crate::cli::shutdown_signal();
@@ -168,9 +129,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
             break Ok(());
         }
         if started.elapsed() > a.write_for + Duration::from_secs(90) {
-            break Err(Error::Refused(
-                "events were still undelivered 90 s after the writers finished".into(),
-            ));
+            break Err(Error::Refused("events were still undelivered 90 s after the writers finished".into()));
         }
     };
     if writer_done {
@@ -200,10 +159,8 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
 }
 
 fn spawn_dispatcher(exe: &Path, url: &str, instance: &str, logs: &Path) -> Result<Child> {
-    let out = std::fs::File::create(logs.join(format!("{instance}.out")))
-        .map_err(Error::io("log file"))?;
-    let err = std::fs::File::create(logs.join(format!("{instance}.err")))
-        .map_err(Error::io("log file"))?;
+    let out = std::fs::File::create(logs.join(format!("{instance}.out"))).map_err(Error::io("log file"))?;
+    let err = std::fs::File::create(logs.join(format!("{instance}.err"))).map_err(Error::io("log file"))?;
     Command::new(exe)
         .args(["dispatch", "--instance-id", instance])
         .env("DATABASE_URL", url)
@@ -280,51 +237,23 @@ async fn summary(pool: &sqlx::PgPool, logs: &Path, written: usize, instances: us
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().ends_with(suffix))
             .map(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .lines()
-                    .filter(|l| l.contains(&needle))
-                    .count()
+                std::fs::read_to_string(e.path()).unwrap_or_default().lines().filter(|l| l.contains(&needle)).count()
             })
             .sum()
     };
     let audit = count(".out", "order-audit-log");
     let cache = count(".err", "cache-invalidation");
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM order_totals")
-        .fetch_one(pool)
-        .await?;
-    let last: Option<i64> = sqlx::query_scalar("SELECT max(last_event_id) FROM order_totals")
-        .fetch_one(pool)
-        .await?;
-    let max_event: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM highwater.events")
-        .fetch_one(pool)
-        .await?;
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM order_totals").fetch_one(pool).await?;
+    let last: Option<i64> = sqlx::query_scalar("SELECT max(last_event_id) FROM order_totals").fetch_one(pool).await?;
+    let max_event: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(pool).await?;
     println!("\nappended {written} events in concurrent transactions");
-    println!(
-        "  order-audit-log (Shared, log):           {audit} lines across {instances} processes (one per event)"
-    );
-    println!(
-        "  cache-invalidation (PerInstance, log):   {cache} lines ({} per process)",
-        cache / instances.max(1)
-    );
+    println!("  order-audit-log (Shared, log):           {audit} lines across {instances} processes (one per event)");
+    println!("  cache-invalidation (PerInstance, log):   {cache} lines ({} per process)", cache / instances.max(1));
     println!(
         "  order-projection (Shared, SQL):          {orders} orders in order_totals, last event {}",
         last.unwrap_or(0)
     );
     let ok = audit == written && cache == written * instances && last == max_event;
-    println!(
-        "\n{}",
-        if ok {
-            "every event delivered to every consumer: OK"
-        } else {
-            "MISMATCH: see the logs above"
-        }
-    );
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Refused(
-            "delivery counts do not match what was appended".into(),
-        ))
-    }
+    println!("\n{}", if ok { "every event delivered to every consumer: OK" } else { "MISMATCH: see the logs above" });
+    if ok { Ok(()) } else { Err(Error::Refused("delivery counts do not match what was appended".into())) }
 }

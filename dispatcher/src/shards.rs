@@ -66,12 +66,7 @@ pub struct Shard {
 /// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
 /// before every event; `latest` is the newest event below the fence, so events of transactions
 /// still running are delivered. Returns whether a row was created.
-pub async fn register(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-    pod_uid: Option<&str>,
-) -> Result<bool> {
+pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, pod_uid: Option<&str>) -> Result<bool> {
     let r = sqlx::query(
         "INSERT INTO highwater.consumer_shards
                 (consumer, instance_id, cursor_tx, cursor_id, status, pod_uid, heartbeat_at)
@@ -100,10 +95,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,
-        cursor: Position::new(
-            Position::parse_tx(r.try_get("cursor_tx")?)?,
-            r.try_get("cursor_id")?,
-        ),
+        cursor: Position::new(Position::parse_tx(r.try_get("cursor_tx")?)?, r.try_get("cursor_id")?),
         status: r.try_get::<&str, _>("status")?.parse()?,
         attempts: r.try_get("attempts")?,
         last_error: r.try_get("last_error")?,
@@ -112,11 +104,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     })
 }
 
-pub async fn load(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-) -> Result<Option<Shard>> {
+pub async fn load(conn: &mut PgConnection, consumer: &str, instance: &str) -> Result<Option<Shard>> {
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2"
     )))
@@ -158,10 +146,7 @@ pub async fn try_lock(pool: &PgPool, consumer: &str, instance: &str) -> Result<O
         .bind(&key)
         .fetch_one(&mut *conn)
         .await?;
-    Ok(got.then(|| ShardLock {
-        conn: Some(conn),
-        key,
-    }))
+    Ok(got.then(|| ShardLock { conn: Some(conn), key }))
 }
 
 impl ShardLock {
@@ -171,10 +156,8 @@ impl ShardLock {
 
     pub async fn release(mut self) -> Result<()> {
         let mut conn = self.conn.take().expect("released once");
-        let r = sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
-            .bind(&self.key)
-            .execute(&mut *conn)
-            .await;
+        let r =
+            sqlx::query("SELECT pg_advisory_unlock(hashtextextended($1, 0))").bind(&self.key).execute(&mut *conn).await;
         if r.is_err() {
             conn.close_on_drop();
         }
@@ -207,12 +190,7 @@ pub struct Batch {
 /// Reads up to `limit` events after `cursor` below the snapshot fence. The cursor is passed as
 /// bind parameters so the row comparison is an index condition on `(tx_id, id)`; the fence, the
 /// head and the events all come from one statement, hence one snapshot.
-pub async fn read_batch(
-    conn: &mut PgConnection,
-    cursor: Position,
-    types: &[String],
-    limit: i64,
-) -> Result<Batch> {
+pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[String], limit: i64) -> Result<Batch> {
     let sql = format!(
         "WITH s AS MATERIALIZED (
              SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence,
@@ -238,15 +216,10 @@ pub async fn read_batch(
         .bind(limit)
         .fetch_all(conn)
         .await?;
-    let first = rows
-        .first()
-        .ok_or_else(|| Error::Config("fence query returned no row".into()))?;
+    let first = rows.first().ok_or_else(|| Error::Config("fence query returned no row".into()))?;
     let next_xid = Position::parse_tx(first.try_get("next_xid")?)?;
     let head = match first.try_get::<Option<&str>, _>("head_tx")? {
-        Some(tx) => Some(Position::new(
-            Position::parse_tx(tx)?,
-            first.try_get("head_id")?,
-        )),
+        Some(tx) => Some(Position::new(Position::parse_tx(tx)?, first.try_get("head_id")?)),
         None => None,
     };
     let mut events = Vec::with_capacity(rows.len());
@@ -268,11 +241,7 @@ pub async fn read_batch(
         };
         events.push(Event::try_from(row)?);
     }
-    Ok(Batch {
-        events,
-        head,
-        next_xid,
-    })
+    Ok(Batch { events, head, next_xid })
 }
 
 /// Moves the cursor from `from` to `to` after a successful delivery and clears any failure.
@@ -329,12 +298,7 @@ pub enum FailureOutcome {
 }
 
 /// Records a failed attempt (and any progress before it) in one conditional statement.
-pub async fn record_failure(
-    conn: &mut PgConnection,
-    shard: &Shard,
-    from: Position,
-    f: &Failure,
-) -> Result<bool> {
+pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Position, f: &Failure) -> Result<bool> {
     let error: String = f.error.chars().take(2000).collect();
     let (status, cursor, retry_ms) = match f.outcome {
         FailureOutcome::Retry(d) => ("processing", f.cursor, Some(d.as_millis() as i64)),

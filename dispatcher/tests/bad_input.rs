@@ -10,9 +10,7 @@ use serde_json::json;
 
 fn run_cli(args: &[&str], url: Option<&str>) -> (i32, String, String) {
     let mut c = Command::new(bin());
-    c.args(args)
-        .env_remove("DATABASE_URL")
-        .env_remove("HIGHWATER_INSTANCE_ID");
+    c.args(args).env_remove("DATABASE_URL").env_remove("HIGHWATER_INSTANCE_ID");
     if let Some(u) = url {
         c.env("DATABASE_URL", u);
     }
@@ -27,68 +25,37 @@ fn run_cli(args: &[&str], url: Option<&str>) -> (i32, String, String) {
 #[tokio::test]
 async fn append_errors_name_the_problem_and_store_nothing() {
     let db = setup(&["Known"]).await;
-    let schema = json!({"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer", "minimum": 1}}});
-    event_types::register(&db.pool, "Paid", Some(&schema), None)
-        .await
-        .unwrap();
+    let schema =
+        json!({"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer", "minimum": 1}}});
+    event_types::register(&db.pool, "Paid", Some(&schema), None).await.unwrap();
 
     let mut tx = db.pool.begin().await.unwrap();
-    append(&mut tx, &NewEvent::new("s", "1", "Known", json!({})))
-        .await
-        .unwrap();
-    let e = append(&mut tx, &NewEvent::new("s", "1", "Unknwn", json!({})))
-        .await
-        .unwrap_err();
+    append(&mut tx, &NewEvent::new("s", "1", "Known", json!({}))).await.unwrap();
+    let e = append(&mut tx, &NewEvent::new("s", "1", "Unknwn", json!({}))).await.unwrap_err();
     assert!(matches!(e, Error::UnknownEventType { .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(
-        msg.contains("\"Unknwn\"") && msg.contains("highwater event-types register Unknwn"),
-        "{msg}"
-    );
+    assert!(msg.contains("\"Unknwn\"") && msg.contains("highwater event-types register Unknwn"), "{msg}");
     drop(tx);
 
     for (payload, needle) in [
         (json!({}), "required property \"amount\" is missing"),
-        (
-            json!({"amount": 0}),
-            "$.amount: 0 is less than the minimum 1",
-        ),
-        (
-            json!({"amount": "7"}),
-            "$.amount: expected type \"integer\", got string",
-        ),
+        (json!({"amount": 0}), "$.amount: 0 is less than the minimum 1"),
+        (json!({"amount": "7"}), "$.amount: expected type \"integer\", got string"),
         (json!({"amount": 1.5}), "expected type \"integer\""),
     ] {
         let mut tx = db.pool.begin().await.unwrap();
-        let e = append(&mut tx, &NewEvent::new("s", "1", "Paid", payload))
-            .await
-            .unwrap_err();
+        let e = append(&mut tx, &NewEvent::new("s", "1", "Paid", payload)).await.unwrap_err();
         assert!(matches!(e, Error::InvalidPayload { .. }), "{e:?}");
         assert!(e.to_string().contains(needle), "{e}");
     }
-    assert_eq!(
-        scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events").await,
-        0,
-        "nothing stored"
-    );
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events").await, 0, "nothing stored");
 
     // Valid payloads go through; the SQL function raises the same errors for other languages.
     let mut tx = db.pool.begin().await.unwrap();
-    append(
-        &mut tx,
-        &NewEvent::new("s", "1", "Paid", json!({"amount": 3})),
-    )
-    .await
-    .unwrap();
+    append(&mut tx, &NewEvent::new("s", "1", "Paid", json!({"amount": 3}))).await.unwrap();
     tx.commit().await.unwrap();
-    let e = sqlx::query("SELECT highwater.append('s', '1', 'Nope', '{}')")
-        .execute(&db.pool)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        e.as_database_error().unwrap().code().as_deref(),
-        Some("HW001")
-    );
+    let e = sqlx::query("SELECT highwater.append('s', '1', 'Nope', '{}')").execute(&db.pool).await.unwrap_err();
+    assert_eq!(e.as_database_error().unwrap().code().as_deref(), Some("HW001"));
 }
 
 #[tokio::test]
@@ -123,11 +90,10 @@ async fn expected_version_conflicts_are_refused() {
     a.commit().await.unwrap();
     let (r, _b) = b_result.await.unwrap();
     assert!(matches!(r, Err(Error::VersionConflict { .. })), "{r:?}");
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT stream_version FROM highwater.events ORDER BY id")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let versions: Vec<i64> = sqlx::query_scalar("SELECT stream_version FROM highwater.events ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(versions, vec![1, 2]);
 }
 
@@ -137,73 +103,36 @@ async fn bad_definitions_are_refused_and_change_nothing() {
     let ok = consumer("orders", "delivery: Shared\nsink: {log: {}}");
     apply(&db.pool, &ok).await;
 
-    let unknown_type = definitions::parse(
-        &consumer("x", "delivery: Shared\neventTypes: [Nope]\nsink: {log: {}}"),
-        "f",
-    )
-    .unwrap();
-    let e = definitions::apply(&db.pool, &unknown_type)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("unknown event types: Nope") && e.contains("event-types register"),
-        "{e}"
-    );
+    let unknown_type =
+        definitions::parse(&consumer("x", "delivery: Shared\neventTypes: [Nope]\nsink: {log: {}}"), "f").unwrap();
+    let e = definitions::apply(&db.pool, &unknown_type).await.unwrap_err().to_string();
+    assert!(e.contains("unknown event types: Nope") && e.contains("event-types register"), "{e}");
 
-    let changed = definitions::parse(
-        &consumer("orders", "delivery: PerInstance\nsink: {log: {}}"),
-        "f",
-    )
-    .unwrap();
-    let e = definitions::apply(&db.pool, &changed)
-        .await
-        .unwrap_err()
-        .to_string();
+    let changed = definitions::parse(&consumer("orders", "delivery: PerInstance\nsink: {log: {}}"), "f").unwrap();
+    let e = definitions::apply(&db.pool, &changed).await.unwrap_err().to_string();
     assert!(
-        e.contains("delivery cannot change from Shared to PerInstance")
-            && e.contains("consumer delete orders"),
+        e.contains("delivery cannot change from Shared to PerInstance") && e.contains("consumer delete orders"),
         "{e}"
     );
-    let delivery: String =
-        sqlx::query_scalar("SELECT delivery FROM highwater.consumers WHERE name = 'orders'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let delivery: String = sqlx::query_scalar("SELECT delivery FROM highwater.consumers WHERE name = 'orders'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(delivery, "Shared");
-    assert_eq!(
-        scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await,
-        1
-    );
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await, 1);
 
     // Through the CLI: file errors name the field and the document.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bad.yaml");
-    std::fs::write(
-        &f,
-        consumer("bad", "delivery: Shared\nmaxAttemps: 3\nsink: {log: {}}"),
-    )
-    .unwrap();
-    let (code, _, err) = run_cli(
-        &["consumer", "apply", "-f", f.to_str().unwrap()],
-        Some(&db.url),
-    );
+    std::fs::write(&f, consumer("bad", "delivery: Shared\nmaxAttemps: 3\nsink: {log: {}}")).unwrap();
+    let (code, _, err) = run_cli(&["consumer", "apply", "-f", f.to_str().unwrap()], Some(&db.url));
     assert_eq!(code, 1);
-    assert!(
-        err.contains("unknown field `maxAttemps`") && err.contains("bad.yaml"),
-        "{err}"
-    );
+    assert!(err.contains("unknown field `maxAttemps`") && err.contains("bad.yaml"), "{err}");
     std::fs::write(&f, consumer("bad", "delivery: Shared\nsink: {sse: {}}")).unwrap();
-    let (code, _, err) = run_cli(
-        &["consumer", "apply", "-f", f.to_str().unwrap()],
-        Some(&db.url),
-    );
+    let (code, _, err) = run_cli(&["consumer", "apply", "-f", f.to_str().unwrap()], Some(&db.url));
     assert_eq!(code, 1);
     assert!(err.contains("need `delivery: PerInstance`"), "{err}");
-    assert_eq!(
-        scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await,
-        1
-    );
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await, 1);
 }
 
 #[tokio::test]
@@ -217,10 +146,7 @@ async fn reserved_instance_id_unreachable_and_unmigrated_databases() {
     let url = format!("postgres://highwater:s3cret@127.0.0.1:{port}/app");
     let (code, _, err) = run_cli(&["consumer", "list"], Some(&url));
     assert_eq!(code, 1);
-    assert!(
-        err.contains("cannot reach the database at highwater@127.0.0.1") && err.contains("fix:"),
-        "{err}"
-    );
+    assert!(err.contains("cannot reach the database at highwater@127.0.0.1") && err.contains("fix:"), "{err}");
     assert!(!err.contains("s3cret"), "the password never appears: {err}");
 
     let fresh = db.pg.create_database("fresh").await.unwrap();

@@ -11,10 +11,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_batch_loses_nothing_and_sql_applies_once() {
     let db = setup(&["Tick"]).await;
-    sqlx::raw_sql("CREATE TABLE applied (event_id bigint NOT NULL)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::raw_sql("CREATE TABLE applied (event_id bigint NOT NULL)").execute(&db.pool).await.unwrap();
     let logs = tempfile::tempdir().unwrap();
     let log_file = logs.path().join("sink.jsonl");
     let yaml = [
@@ -28,18 +25,12 @@ async fn sigkill_mid_batch_loses_nothing_and_sql_applies_once() {
     let total = 1500i64;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..total {
-        append(
-            &mut tx,
-            &NewEvent::new("s", &format!("{}", i % 10), "Tick", json!({"i": i})),
-        )
-        .await
-        .unwrap();
+        append(&mut tx, &NewEvent::new("s", &format!("{}", i % 10), "Tick", json!({"i": i}))).await.unwrap();
     }
     tx.commit().await.unwrap();
 
-    let mut procs: Vec<Dispatcher> = (0..3)
-        .map(|i| Dispatcher::start(&db.url, &format!("k{i}"), logs.path()))
-        .collect();
+    let mut procs: Vec<Dispatcher> =
+        (0..3).map(|i| Dispatcher::start(&db.url, &format!("k{i}"), logs.path())).collect();
     let mut kills = 0;
     let mut generation = 0;
     while kills < 12 {
@@ -53,82 +44,49 @@ async fn sigkill_mid_batch_loses_nothing_and_sql_applies_once() {
         p.sigkill();
         kills += 1;
         generation += 1;
-        procs.push(Dispatcher::start(
-            &db.url,
-            &format!("k-{generation}"),
-            logs.path(),
-        ));
+        procs.push(Dispatcher::start(&db.url, &format!("k-{generation}"), logs.path()));
     }
     let pool = db.pool.clone();
-    wait_for(
-        Duration::from_secs(120),
-        "both consumers to catch up",
-        || {
-            let pool = pool.clone();
-            async move {
-                let applied = scalar_i64(&pool, "SELECT count(*) FROM applied").await;
-                let at_least: i64 = highwater::ops::status(&pool, None)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.lag_events)
-                    .sum();
-                applied >= total && at_least == 0
-            }
-        },
-    )
+    wait_for(Duration::from_secs(120), "both consumers to catch up", || {
+        let pool = pool.clone();
+        async move {
+            let applied = scalar_i64(&pool, "SELECT count(*) FROM applied").await;
+            let at_least: i64 = highwater::ops::status(&pool, None).await.unwrap().iter().map(|s| s.lag_events).sum();
+            applied >= total && at_least == 0
+        }
+    })
     .await;
     drop(procs);
 
-    let dup: i64 = scalar_i64(
-        &db.pool,
-        "SELECT count(*) - count(DISTINCT event_id) FROM applied",
-    )
-    .await;
+    let dup: i64 = scalar_i64(&db.pool, "SELECT count(*) - count(DISTINCT event_id) FROM applied").await;
     let distinct = scalar_i64(&db.pool, "SELECT count(DISTINCT event_id) FROM applied").await;
     assert_eq!(distinct, total, "every event applied");
-    assert_eq!(
-        dup, 0,
-        "the SQL sink applied no event twice across {kills} kills"
-    );
+    assert_eq!(dup, 0, "the SQL sink applied no event twice across {kills} kills");
 
     let mut lines: BTreeMap<i64, usize> = BTreeMap::new();
     for line in std::fs::read_to_string(&log_file).unwrap().lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(line).expect("whole JSON lines, even across kills");
+        let v: serde_json::Value = serde_json::from_str(line).expect("whole JSON lines, even across kills");
         let id = v["event"]["id"].as_i64().unwrap();
         assert_eq!(v["idempotency_key"], format!("at-least-once:{id}"));
         *lines.entry(id).or_default() += 1;
     }
-    assert_eq!(
-        lines.len() as i64,
-        total,
-        "the log sink delivered every event at least once"
-    );
+    assert_eq!(lines.len() as i64, total, "the log sink delivered every event at least once");
     let redelivered: usize = lines.values().map(|n| n - 1).sum();
     println!(
         "{kills} SIGKILLs: 0 lost, 0 SQL duplicates, {redelivered} log redeliveries (bound: kills x batch = {})",
         kills * 40
     );
-    assert!(
-        redelivered <= kills * 40,
-        "redeliveries bounded by kills x batch size"
-    );
+    assert!(redelivered <= kills * 40, "redeliveries bounded by kills x batch size");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_batch_and_keeps_its_place() {
     let db = setup(&["Tick"]).await;
-    sqlx::raw_sql("CREATE TABLE applied (event_id bigint NOT NULL)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::raw_sql("CREATE TABLE applied (event_id bigint NOT NULL)").execute(&db.pool).await.unwrap();
     apply(&db.pool, &consumer("slow", "delivery: Shared\nbatchSize: 10\nsink: {sql: {statement: 'INSERT INTO applied SELECT $2 FROM pg_sleep(0.05)'}}")).await;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..100 {
-        append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"i": i})))
-            .await
-            .unwrap();
+        append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"i": i}))).await.unwrap();
     }
     tx.commit().await.unwrap();
     let logs = tempfile::tempdir().unwrap();
@@ -142,28 +100,14 @@ async fn sigterm_finishes_the_batch_and_keeps_its_place() {
     let code = d.terminate(Duration::from_secs(15));
     assert_eq!(code, Some(0), "clean exit after SIGTERM");
     let applied = scalar_i64(&db.pool, "SELECT count(*) FROM applied").await;
-    let cursor = scalar_i64(
-        &db.pool,
-        "SELECT cursor_id FROM highwater.consumer_shards WHERE consumer = 'slow'",
-    )
-    .await;
-    let delivered = scalar_i64(
-        &db.pool,
-        "SELECT delivered_count FROM highwater.consumer_shards WHERE consumer = 'slow'",
-    )
-    .await;
+    let cursor = scalar_i64(&db.pool, "SELECT cursor_id FROM highwater.consumer_shards WHERE consumer = 'slow'").await;
+    let delivered =
+        scalar_i64(&db.pool, "SELECT delivered_count FROM highwater.consumer_shards WHERE consumer = 'slow'").await;
     assert!(applied < 100, "stopped before the end ({applied})");
-    assert_eq!(
-        applied % 10,
-        0,
-        "whole batches only: the batch in flight finished or rolled back"
-    );
+    assert_eq!(applied % 10, 0, "whole batches only: the batch in flight finished or rolled back");
     assert_eq!(delivered, applied, "the cursor moved with what was applied");
     let max_applied = scalar_i64(&db.pool, "SELECT max(event_id) FROM applied").await;
-    assert_eq!(
-        cursor, max_applied,
-        "the cursor sits at the last applied event"
-    );
+    assert_eq!(cursor, max_applied, "the cursor sits at the last applied event");
 
     // A successor takes over where it stopped.
     let _d2 = Dispatcher::start(&db.url, "t1", logs.path());
@@ -173,12 +117,6 @@ async fn sigterm_finishes_the_batch_and_keeps_its_place() {
         async move { scalar_i64(&pool, "SELECT count(*) FROM applied").await >= 100 }
     })
     .await;
-    assert_eq!(
-        scalar_i64(&db.pool, "SELECT count(DISTINCT event_id) FROM applied").await,
-        100
-    );
-    assert_eq!(
-        scalar_i64(&db.pool, "SELECT count(*) FROM applied").await,
-        100
-    );
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(DISTINCT event_id) FROM applied").await, 100);
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM applied").await, 100);
 }

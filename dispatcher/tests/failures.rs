@@ -9,21 +9,13 @@ use highwater::{NewEvent, append};
 use serde_json::json;
 use sqlx::PgPool;
 
-const POISON_SQL: &str =
-    "INSERT INTO a_seen VALUES ($2, 1 / (CASE WHEN ($1->>'poison')::bool THEN 0 ELSE 1 END))";
+const POISON_SQL: &str = "INSERT INTO a_seen VALUES ($2, 1 / (CASE WHEN ($1->>'poison')::bool THEN 0 ELSE 1 END))";
 
 async fn append_three(pool: &PgPool) -> Vec<i64> {
     let mut ids = Vec::new();
     for poison in [false, true, false] {
         let mut tx = pool.begin().await.unwrap();
-        ids.push(
-            append(
-                &mut tx,
-                &NewEvent::new("s", "1", "Tick", json!({"poison": poison})),
-            )
-            .await
-            .unwrap(),
-        );
+        ids.push(append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"poison": poison}))).await.unwrap());
         tx.commit().await.unwrap();
     }
     ids
@@ -32,12 +24,10 @@ async fn append_three(pool: &PgPool) -> Vec<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     let db = setup(&["Tick"]).await;
-    sqlx::raw_sql(
-        "CREATE TABLE a_seen (event_id bigint, x int); CREATE TABLE b_seen (event_id bigint);",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    sqlx::raw_sql("CREATE TABLE a_seen (event_id bigint, x int); CREATE TABLE b_seen (event_id bigint);")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let yaml = [
         consumer("a", &format!("delivery: Shared\nmaxAttempts: 3\nbackoff: {{initial: 300ms, max: 10s}}\nsink: {{sql: {{statement: \"{POISON_SQL}\"}}}}")),
         consumer("b", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO b_seen VALUES ($2)'}}"),
@@ -52,36 +42,26 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     let mut seen_attempts: Vec<(i32, Instant)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (status, attempts): (String, i32) = sqlx::query_as(
-            "SELECT status, attempts FROM highwater.consumer_shards WHERE consumer = 'a'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+        let (status, attempts): (String, i32) =
+            sqlx::query_as("SELECT status, attempts FROM highwater.consumer_shards WHERE consumer = 'a'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
         if seen_attempts.last().map(|l| l.0) != Some(attempts) && attempts > 0 {
             seen_attempts.push((attempts, Instant::now()));
         }
         if status == "dead" {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "shard never went dead (attempts {seen_attempts:?})"
-        );
+        assert!(Instant::now() < deadline, "shard never went dead (attempts {seen_attempts:?})");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let counts: Vec<i32> = seen_attempts.iter().map(|a| a.0).collect();
     assert_eq!(counts, vec![1, 2, 3], "each attempt counted once");
     let gap1 = seen_attempts[1].1 - seen_attempts[0].1;
     let gap2 = seen_attempts[2].1 - seen_attempts[1].1;
-    assert!(
-        gap1 >= Duration::from_millis(250),
-        "first retry waited the initial backoff ({gap1:?})"
-    );
-    assert!(
-        gap2 >= Duration::from_millis(550),
-        "second retry waited about twice as long ({gap2:?})"
-    );
+    assert!(gap1 >= Duration::from_millis(250), "first retry waited the initial backoff ({gap1:?})");
+    assert!(gap2 >= Duration::from_millis(550), "second retry waited about twice as long ({gap2:?})");
 
     let (attempts, failing, error, cursor): (i32, Option<i64>, Option<String>, i64) = sqlx::query_as(
         "SELECT attempts, failing_event_id, last_error, cursor_id FROM highwater.consumer_shards WHERE consumer = 'a'",
@@ -93,33 +73,19 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     assert_eq!(failing, Some(ids[1]), "the failing event is named");
     assert!(error.unwrap().contains("division by zero"));
     assert_eq!(cursor, ids[0], "the cursor stays before the poison event");
-    let a: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM a_seen")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        a,
-        vec![ids[0]],
-        "nothing after the poison event, nothing twice"
-    );
+    let a: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM a_seen").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(a, vec![ids[0]], "nothing after the poison event, nothing twice");
 
     let pool = db.pool.clone();
-    wait_for(
-        Duration::from_secs(20),
-        "consumer b to deliver everything",
-        || {
-            let pool = pool.clone();
-            async move { scalar_i64(&pool, "SELECT count(*) FROM b_seen").await == 3 }
-        },
-    )
+    wait_for(Duration::from_secs(20), "consumer b to deliver everything", || {
+        let pool = pool.clone();
+        async move { scalar_i64(&pool, "SELECT count(*) FROM b_seen").await == 3 }
+    })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        scalar_i64(
-            &db.pool,
-            "SELECT attempts::bigint FROM highwater.consumer_shards WHERE consumer = 'a'"
-        )
-        .await as i32,
+        scalar_i64(&db.pool, "SELECT attempts::bigint FROM highwater.consumer_shards WHERE consumer = 'a'").await
+            as i32,
         3,
         "a dead shard is not retried"
     );
@@ -128,10 +94,7 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_mode_parks_the_poison_event_and_goes_on() {
     let db = setup(&["Tick"]).await;
-    sqlx::raw_sql("CREATE TABLE a_seen (event_id bigint, x int)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::raw_sql("CREATE TABLE a_seen (event_id bigint, x int)").execute(&db.pool).await.unwrap();
     apply(
         &db.pool,
         &consumer("a", &format!("delivery: Shared\nmaxAttempts: 2\nerrorMode: skip\nbackoff: {{initial: 50ms, max: 1s}}\nsink: {{sql: {{statement: \"{POISON_SQL}\"}}}}")),
@@ -141,34 +104,26 @@ async fn skip_mode_parks_the_poison_event_and_goes_on() {
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "p0", logs.path());
     let pool = db.pool.clone();
-    wait_for(
-        Duration::from_secs(30),
-        "the event after the poison one",
-        || {
-            let pool = pool.clone();
-            async move { scalar_i64(&pool, "SELECT count(*) FROM a_seen").await == 2 }
-        },
-    )
+    wait_for(Duration::from_secs(30), "the event after the poison one", || {
+        let pool = pool.clone();
+        async move { scalar_i64(&pool, "SELECT count(*) FROM a_seen").await == 2 }
+    })
     .await;
-    let a: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM a_seen ORDER BY event_id")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
+    let a: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM a_seen ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
     assert_eq!(a, vec![ids[0], ids[2]]);
-    let parked: Vec<(i64, i32, String)> = sqlx::query_as(
-        "SELECT event_id, attempts, error FROM highwater.dead_letters WHERE consumer = 'a'",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let parked: Vec<(i64, i32, String)> =
+        sqlx::query_as("SELECT event_id, attempts, error FROM highwater.dead_letters WHERE consumer = 'a'")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(parked.len(), 1);
     assert_eq!((parked[0].0, parked[0].1), (ids[1], 2));
     assert!(parked[0].2.contains("division by zero"));
-    let status: String =
-        sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = 'a'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let status: String = sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = 'a'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(status, "idle");
 }
 
@@ -180,7 +135,10 @@ async fn slow_sink_does_not_delay_another_consumer() {
         .await
         .unwrap();
     let yaml = [
-        consumer("slow", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO slow_seen (event_id) SELECT $2 FROM pg_sleep(4)'}}"),
+        consumer(
+            "slow",
+            "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO slow_seen (event_id) SELECT $2 FROM pg_sleep(4)'}}",
+        ),
         consumer("fast", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO fast_seen (event_id) VALUES ($2)'}}"),
     ]
     .concat();
@@ -191,9 +149,7 @@ async fn slow_sink_does_not_delay_another_consumer() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut tx = db.pool.begin().await.unwrap();
-    append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({})))
-        .await
-        .unwrap();
+    append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
     let appended = Instant::now();
     let pool = db.pool.clone();
@@ -205,24 +161,15 @@ async fn slow_sink_does_not_delay_another_consumer() {
     let fast_took = appended.elapsed();
     // The second event reaches the fast consumer while the slow one is still on the first.
     let mut tx = db.pool.begin().await.unwrap();
-    append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({})))
-        .await
-        .unwrap();
+    append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
     let pool = db.pool.clone();
-    wait_for(
-        Duration::from_secs(10),
-        "the second event at the fast consumer",
-        || {
-            let pool = pool.clone();
-            async move { scalar_i64(&pool, "SELECT count(*) FROM fast_seen").await == 2 }
-        },
-    )
+    wait_for(Duration::from_secs(10), "the second event at the fast consumer", || {
+        let pool = pool.clone();
+        async move { scalar_i64(&pool, "SELECT count(*) FROM fast_seen").await == 2 }
+    })
     .await;
     let slow_done = scalar_i64(&db.pool, "SELECT count(*) FROM slow_seen").await;
     assert_eq!(slow_done, 0, "the slow sink is still on its first event");
-    assert!(
-        fast_took < Duration::from_secs(2),
-        "fast consumer took {fast_took:?}"
-    );
+    assert!(fast_took < Duration::from_secs(2), "fast consumer took {fast_took:?}");
 }

@@ -136,8 +136,7 @@ async fn reconcile(
     if startup {
         check_cursors(pool, &cfg.instance_id).await?;
     }
-    let wanted: HashMap<&str, &definitions::Definition> =
-        defs.iter().map(|d| (d.name.as_str(), d)).collect();
+    let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
     running.retain(|name, r| {
         let keep = wanted.get(name.as_str()).is_some_and(|d| d.spec == r.spec);
         if !keep {
@@ -184,14 +183,7 @@ async fn reconcile(
             stop.clone(),
             cfg.poll_interval,
         ));
-        running.insert(
-            d.name.clone(),
-            Running {
-                spec: d.spec,
-                stop,
-                handle,
-            },
-        );
+        running.insert(d.name.clone(), Running { spec: d.spec, stop, handle });
     }
     Ok(())
 }
@@ -212,10 +204,7 @@ async fn check_cursors(pool: &PgPool, instance: &str) -> Result<()> {
     if ahead.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = ahead
-        .iter()
-        .map(|(c, i, tx, _)| format!("{c}/{i} (cursor transaction {tx})"))
-        .collect();
+    let list: Vec<String> = ahead.iter().map(|(c, i, tx, _)| format!("{c}/{i} (cursor transaction {tx})")).collect();
     Err(Error::Refused(format!(
         "refusing to deliver: cursors are ahead of the database's next transaction id ({}): {}.\n  \
          The database was probably restored from a logical dump, which restarts transaction ids; \

@@ -30,10 +30,7 @@ pub enum Outcome {
     /// Nothing (left) to deliver.
     CaughtUp { cursor: Position },
     /// The last attempt failed; retry when the delay has passed.
-    Backoff {
-        cursor: Position,
-        retry_in: Duration,
-    },
+    Backoff { cursor: Position, retry_in: Duration },
     /// Dead or disabled: nothing to do until an operator acts.
     Halted { cursor: Position },
     /// Another process holds the shard.
@@ -69,17 +66,12 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         return Ok(Outcome::Changed);
     };
     if !shard.status.delivers() {
-        return Ok(Outcome::Halted {
-            cursor: shard.cursor,
-        });
+        return Ok(Outcome::Halted { cursor: shard.cursor });
     }
     if let Some(at) = shard.next_attempt_at {
         let wait = at - Utc::now();
         if wait > chrono::TimeDelta::zero() {
-            return Ok(Outcome::Backoff {
-                cursor: shard.cursor,
-                retry_in: wait.to_std().unwrap_or_default(),
-            });
+            return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: wait.to_std().unwrap_or_default() });
         }
     }
     let limit = i64::from(ctx.spec.batch_size);
@@ -91,12 +83,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
              transaction ids; delivering now could skip events.\n  fix: `highwater consumer rewind \
              {} --instance {} --to <EVENT_ID|TIME|earliest>` to the last event you know was \
              delivered",
-            shard.consumer,
-            shard.instance_id,
-            shard.cursor.tx,
-            batch.next_xid,
-            shard.consumer,
-            shard.instance_id
+            shard.consumer, shard.instance_id, shard.cursor.tx, batch.next_xid, shard.consumer, shard.instance_id
         )));
     }
     let Some(last) = batch.events.last().map(|e| e.position()) else {
@@ -109,19 +96,13 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
                     Ok(Outcome::Changed)
                 }
             }
-            _ => Ok(Outcome::CaughtUp {
-                cursor: shard.cursor,
-            }),
+            _ => Ok(Outcome::CaughtUp { cursor: shard.cursor }),
         };
     };
     let full = batch.events.len() as i64 == limit;
     // A short batch holds every matching event below the fence, so the cursor may move to the
     // head even if the newest events there are of other types.
-    let end = if full {
-        last
-    } else {
-        batch.head.map_or(last, |h| h.max(last))
-    };
+    let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
     let n = batch.events.len() as i64;
     let events = &batch.events;
 
@@ -131,10 +112,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
             Ok(()) => {
                 if shards::advance(&mut tx, &shard, shard.cursor, end, n).await? {
                     tx.commit().await?;
-                    return Ok(Outcome::Delivered {
-                        cursor: end,
-                        more: full,
-                    });
+                    return Ok(Outcome::Delivered { cursor: end, more: full });
                 }
                 tx.rollback().await?;
                 return Ok(Outcome::Changed);
@@ -170,22 +148,13 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     match deliver(ctx, None, events).await {
         Ok(()) => {
             if shards::advance(conn, &shard, shard.cursor, end, n).await? {
-                Ok(Outcome::Delivered {
-                    cursor: end,
-                    more: full,
-                })
+                Ok(Outcome::Delivered { cursor: end, more: full })
             } else {
                 Ok(Outcome::Changed)
             }
         }
         Err(err) => {
-            let failure = failure(
-                ctx,
-                &shard,
-                events,
-                err.index.min(events.len() - 1),
-                err.message,
-            );
+            let failure = failure(ctx, &shard, events, err.index.min(events.len() - 1), err.message);
             if shards::record_failure(conn, &shard, shard.cursor, &failure).await? {
                 Ok(after_failure(&failure))
             } else {
@@ -200,27 +169,13 @@ async fn deliver(
     tx: Option<&mut sqlx::PgConnection>,
     events: &[crate::Event],
 ) -> Result<(), SinkError> {
-    let mut d = DeliveryContext {
-        consumer: &ctx.consumer,
-        instance_id: &ctx.instance_id,
-        tx,
-    };
+    let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx };
     ctx.sink.deliver(&mut d, events).await
 }
 
-fn failure(
-    ctx: &ShardCtx,
-    shard: &Shard,
-    events: &[crate::Event],
-    index: usize,
-    error: String,
-) -> Failure {
+fn failure(ctx: &ShardCtx, shard: &Shard, events: &[crate::Event], index: usize, error: String) -> Failure {
     let event = events[index].clone();
-    let attempts = if shard.failing_event_id == Some(event.id) {
-        shard.attempts + 1
-    } else {
-        1
-    };
+    let attempts = if shard.failing_event_id == Some(event.id) { shard.attempts + 1 } else { 1 };
     let outcome = if attempts >= ctx.spec.max_attempts as i32 {
         match ctx.spec.error_mode {
             ErrorMode::Halt => FailureOutcome::Dead,
@@ -229,36 +184,19 @@ fn failure(
     } else {
         FailureOutcome::Retry(retry_delay(ctx.backoff_initial, ctx.backoff_max, attempts))
     };
-    let cursor = if index == 0 {
-        shard.cursor
-    } else {
-        events[index - 1].position()
-    };
+    let cursor = if index == 0 { shard.cursor } else { events[index - 1].position() };
     tracing::warn!(
         consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = event.id, attempts,
         outcome = ?outcome, error = %error, "delivery failed"
     );
-    Failure {
-        event,
-        error,
-        cursor,
-        delivered: index as i64,
-        attempts,
-        outcome,
-    }
+    Failure { event, error, cursor, delivered: index as i64, attempts, outcome }
 }
 
 fn after_failure(f: &Failure) -> Outcome {
     match f.outcome {
-        FailureOutcome::Retry(d) => Outcome::Backoff {
-            cursor: f.cursor,
-            retry_in: d,
-        },
+        FailureOutcome::Retry(d) => Outcome::Backoff { cursor: f.cursor, retry_in: d },
         FailureOutcome::Dead => Outcome::Halted { cursor: f.cursor },
-        FailureOutcome::Park => Outcome::Delivered {
-            cursor: f.event.position(),
-            more: true,
-        },
+        FailureOutcome::Park => Outcome::Delivered { cursor: f.event.position(), more: true },
     }
 }
 

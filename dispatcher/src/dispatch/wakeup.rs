@@ -35,10 +35,7 @@ pub async fn read_head(pool: &PgPool) -> Result<Head> {
         Some(tx) => Some(Position::new(Position::parse_tx(tx)?, row.try_get("id")?)),
         None => None,
     };
-    Ok(Head {
-        position,
-        pending_above_fence: row.try_get("pending")?,
-    })
+    Ok(Head { position, pending_above_fence: row.try_get("pending")? })
 }
 
 pub struct Signals {
@@ -71,9 +68,7 @@ pub async fn listen(pool: PgPool, signals: Arc<Signals>, stop: CancellationToken
                 n = listener.try_recv() => n,
             };
             match next {
-                Ok(Some(n)) if n.channel() == CONTROL_CHANNEL => {
-                    signals.control.send_modify(|g| *g += 1)
-                }
+                Ok(Some(n)) if n.channel() == CONTROL_CHANNEL => signals.control.send_modify(|g| *g += 1),
                 Ok(Some(_)) => signals.events.notify_one(),
                 Ok(None) | Err(_) => break,
             }
@@ -111,11 +106,7 @@ pub async fn poll_head(
                 true
             }
         };
-        let wait = if pending || !*listening.borrow() {
-            fast
-        } else {
-            idle
-        };
+        let wait = if pending || !*listening.borrow() { fast } else { idle };
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}

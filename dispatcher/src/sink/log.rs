@@ -37,9 +37,7 @@ impl LogSink {
                     .map_err(Error::io(format!("opening log sink file {path}")))?,
             ),
         };
-        Ok(LogSink {
-            out: Mutex::new(out),
-        })
+        Ok(LogSink { out: Mutex::new(out) })
     }
 }
 
@@ -49,11 +47,7 @@ impl Sink for LogSink {
         "log"
     }
 
-    async fn deliver(
-        &self,
-        ctx: &mut DeliveryContext<'_>,
-        events: &[Event],
-    ) -> Result<(), SinkError> {
+    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for ev in events {
             let line = Line {
@@ -62,19 +56,13 @@ impl Sink for LogSink {
                 idempotency_key: idempotency_key(ctx.consumer, ev.id),
                 event: ev,
             };
-            serde_json::to_writer(&mut buf, &line).map_err(|e| SinkError {
-                index: 0,
-                message: e.to_string(),
-            })?;
+            serde_json::to_writer(&mut buf, &line).map_err(|e| SinkError { index: 0, message: e.to_string() })?;
             buf.push(b'\n');
         }
         // One write per batch: lines of concurrent consumers never interleave mid-line.
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         out.write_all(&buf)
             .and_then(|_| out.flush())
-            .map_err(|e| SinkError {
-                index: 0,
-                message: format!("writing the log sink: {e}"),
-            })
+            .map_err(|e| SinkError { index: 0, message: format!("writing the log sink: {e}") })
     }
 }

@@ -39,11 +39,7 @@ pub trait Sink: Send + Sync {
     }
 
     /// Delivers `events` in order, stopping at the first failure.
-    async fn deliver(
-        &self,
-        ctx: &mut DeliveryContext<'_>,
-        events: &[Event],
-    ) -> Result<(), SinkError>;
+    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError>;
 }
 
 /// The idempotency key of an external delivery: stable across redeliveries.

@@ -24,21 +24,13 @@ impl SqlSink {
             ),
             None => Some(Duration::from_secs(30).as_millis() as u64),
         };
-        Ok(SqlSink {
-            statement: spec.statement.as_str().into(),
-            role: spec.role.clone(),
-            timeout_ms,
-        })
+        Ok(SqlSink { statement: spec.statement.as_str().into(), role: spec.role.clone(), timeout_ms })
     }
 }
 
 fn fail(index: usize, e: sqlx::Error) -> SinkError {
     let message = match e.as_database_error() {
-        Some(db) => format!(
-            "{} (SQLSTATE {})",
-            db.message(),
-            db.code().unwrap_or_default()
-        ),
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().unwrap_or_default()),
         None => e.to_string(),
     };
     SinkError { index, message }
@@ -54,16 +46,9 @@ impl Sink for SqlSink {
         true
     }
 
-    async fn deliver(
-        &self,
-        ctx: &mut DeliveryContext<'_>,
-        events: &[Event],
-    ) -> Result<(), SinkError> {
+    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let (consumer, instance_id) = (ctx.consumer, ctx.instance_id);
-        let conn = ctx
-            .tx
-            .as_deref_mut()
-            .expect("transactional sink gets the cursor transaction");
+        let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
         // set_config(..., true) is SET LOCAL with bind parameters: no identifier quoting needed.
         sqlx::query(
             "SELECT set_config('statement_timeout', $1, true), set_config('role', coalesce($2, 'none'), true),
@@ -73,9 +58,9 @@ impl Sink for SqlSink {
         .bind(&self.role)
         .bind(consumer)
         .bind(instance_id)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| fail(0, e))?;
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| fail(0, e))?;
         for (i, ev) in events.iter().enumerate() {
             // Row-level security reads highwater.tenant_id; events appended by the statement take
             // this event as their causation and keep its correlation.
@@ -106,12 +91,10 @@ impl Sink for SqlSink {
                 .await
                 .map_err(|e| fail(i, e))?;
         }
-        sqlx::query(
-            "SELECT set_config('role', 'none', true), set_config('highwater.tenant_id', '', true)",
-        )
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| fail(events.len().saturating_sub(1), e))?;
+        sqlx::query("SELECT set_config('role', 'none', true), set_config('highwater.tenant_id', '', true)")
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| fail(events.len().saturating_sub(1), e))?;
         Ok(())
     }
 }

@@ -26,25 +26,19 @@ pub struct TestDb {
 
 /// A new cluster, migrated, with the event types `types` registered (no schema).
 pub async fn setup(types: &[&str]) -> TestDb {
-    let pg = EmbeddedPostgres::start(EmbeddedOptions::default())
-        .await
-        .expect("start postgres");
+    let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("start postgres");
     let url = pg.url();
     let pool = db::connect(&url, 20).await.expect("connect");
     db::migrate(&pool).await.expect("migrate");
     for t in types {
-        event_types::register(&pool, t, None, None)
-            .await
-            .expect("register type");
+        event_types::register(&pool, t, None, None).await.expect("register type");
     }
     TestDb { pool, url, pg }
 }
 
 pub async fn apply(pool: &PgPool, yaml: &str) {
     let defs = definitions::parse(yaml, "test").expect("parse definitions");
-    definitions::apply(pool, &defs)
-        .await
-        .expect("apply definitions");
+    definitions::apply(pool, &defs).await.expect("apply definitions");
 }
 
 /// An EventConsumer document.
@@ -73,15 +67,7 @@ impl Dispatcher {
             .open(log_dir.join(format!("{instance}.log")))
             .unwrap();
         let child = Command::new(bin())
-            .args([
-                "dispatch",
-                "--instance-id",
-                instance,
-                "--poll-interval",
-                "20ms",
-                "--shutdown-grace",
-                "10s",
-            ])
+            .args(["dispatch", "--instance-id", instance, "--poll-interval", "20ms", "--shutdown-grace", "10s"])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "info,sqlx=warn")
             .stdin(Stdio::null())
@@ -89,10 +75,7 @@ impl Dispatcher {
             .stderr(log)
             .spawn()
             .expect("spawn dispatcher");
-        Dispatcher {
-            child,
-            instance: instance.to_owned(),
-        }
+        Dispatcher { child, instance: instance.to_owned() }
     }
 
     pub fn signal(&self, s: Signal) {
@@ -153,13 +136,11 @@ pub async fn wait_registered(pool: &PgPool, consumer: &str, n: i64) {
         let pool = pool.clone();
         let consumer = consumer.clone();
         async move {
-            let c: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = $1",
-            )
-            .bind(&consumer)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+            let c: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards WHERE consumer = $1")
+                .bind(&consumer)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
             c >= n
         }
     })
