@@ -136,7 +136,12 @@ CREATE FUNCTION highwater.append(
     p_tenant_id        text DEFAULT NULL,
     p_expected_version bigint DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Runs with the owner's rights, so a writer needs only EXECUTE (and USAGE on the schema), never
+-- direct rights on highwater.events: every event goes through these checks.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 DECLARE
     v_known   boolean;
     v_schema  jsonb;
@@ -226,3 +231,5 @@ BEGIN
     RETURN v_id;
 END
 $$;
+
+REVOKE ALL ON FUNCTION highwater.append(text, text, text, jsonb, jsonb, text, bigint) FROM PUBLIC;
