@@ -17,7 +17,7 @@ pub enum Status {
     Idle,
     /// The last attempt failed; the failing event is retried at `next_attempt_at`.
     Processing,
-    /// Halted on a poison event after `maxAttempts`; `consumer restart` or `skip` resumes it.
+    /// Halted on a poison event after `maxAttempts`; an operator resumes it (ops commands: issue 3).
     Dead,
     /// Suspended by `consumer disable` or `spec.suspend`: nothing delivered, nothing lost.
     Disabled,
@@ -61,6 +61,8 @@ pub struct Shard {
     pub last_error: Option<String>,
     pub failing_event_id: Option<i64>,
     pub next_attempt_at: Option<DateTime<Utc>>,
+    /// Milliseconds until `next_attempt_at` by the database clock (negative when due).
+    pub retry_in_ms: Option<i64>,
 }
 
 /// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
@@ -88,8 +90,10 @@ pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, p
     Ok(r.rows_affected() == 1)
 }
 
+// `retry_in_ms` is computed by the database, whose clock also set `next_attempt_at`.
 const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx::text AS cursor_tx, cursor_id, status, \
-     attempts, last_error, failing_event_id, next_attempt_at";
+     attempts, last_error, failing_event_id, next_attempt_at, \
+     (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms";
 
 fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
@@ -101,6 +105,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
         last_error: r.try_get("last_error")?,
         failing_event_id: r.try_get("failing_event_id")?,
         next_attempt_at: r.try_get("next_attempt_at")?,
+        retry_in_ms: r.try_get("retry_in_ms")?,
     })
 }
 
@@ -246,7 +251,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
 
 /// Moves the cursor from `from` to `to` after a successful delivery and clears any failure.
 /// Conditional on the cursor still being at `from` and the shard still delivering, so a
-/// concurrent `rewind`, `disable` or `skip` wins over a pass that started before it.
+/// concurrent change by an operator (or a deletion) wins over a pass that started before it.
 pub async fn advance(
     conn: &mut PgConnection,
     shard: &Shard,

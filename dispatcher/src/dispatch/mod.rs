@@ -60,11 +60,14 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         listening: watch::channel(false).0,
     });
     let (nudge_tx, _) = watch::channel(0u64);
+    // Halted (dead, disabled) shards look again at every refresh, in case they were changed
+    // without a notification (by hand in SQL, say).
+    let (refresh_tx, _) = watch::channel(0u64);
     let bg = CancellationToken::new();
     let mut running: HashMap<String, Running> = HashMap::new();
 
     // Every shard is registered before the first pass (and before the wake-up tasks start).
-    reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, true).await?;
+    reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, true).await?;
     tracing::info!(group = %cfg.group, instance = %cfg.instance_id, consumers = running.len(), "dispatcher started");
 
     let mut control_rx = signals.control.subscribe();
@@ -84,15 +87,16 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = control_rx.changed() => {
-                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, false).await {
+                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 nudge_tx.send_modify(|g| *g += 1);
             }
             _ = refresh.tick() => {
-                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, false).await {
+                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
+                refresh_tx.send_modify(|g| *g += 1);
             }
             _ = heartbeat.tick() => {
                 if let Err(e) = shards::heartbeat(&pool, &cfg.instance_id).await {
@@ -121,6 +125,7 @@ async fn reconcile(
     running: &mut HashMap<String, Running>,
     head_rx: &watch::Receiver<wakeup::Head>,
     nudge_tx: &watch::Sender<u64>,
+    refresh_tx: &watch::Sender<u64>,
     startup: bool,
 ) -> Result<()> {
     let defs = definitions::load_group(pool, &cfg.group).await?;
@@ -134,7 +139,7 @@ async fn reconcile(
     }
     drop(conn);
     if startup {
-        check_cursors(pool, &cfg.instance_id).await?;
+        check_cursors(pool, &cfg.group, &cfg.instance_id).await?;
     }
     let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
     running.retain(|name, r| {
@@ -150,36 +155,19 @@ async fn reconcile(
         if running.contains_key(&d.name) {
             continue;
         }
-        let sink = match sink::build(&d.spec) {
-            Ok(s) => s,
-            Err(e) if startup => return Err(Error::Refused(format!("consumer {:?}: {e}", d.name))),
+        // One consumer that cannot run must not stop the others: its cursor waits, nothing lost.
+        let ctx = match shard_ctx(pool, cfg, &d) {
+            Ok(c) => c,
             Err(e) => {
-                tracing::error!(consumer = %d.name, error = %e, "cannot run consumer");
+                tracing::error!(consumer = %d.name, error = %e, "cannot run consumer; its events wait");
                 continue;
             }
-        };
-        let parse = |s: &str| {
-            humantime::parse_duration(s)
-                .map_err(|e| Error::Config(format!("consumer {:?}: backoff {s:?}: {e}", d.name)))
-        };
-        let instance_id = match d.spec.delivery {
-            Delivery::Shared => SHARED_INSTANCE.to_owned(),
-            Delivery::PerInstance => cfg.instance_id.clone(),
-        };
-        let ctx = pass::ShardCtx {
-            pool: pool.clone(),
-            consumer: d.name.clone(),
-            instance_id,
-            backoff_initial: parse(&d.spec.backoff.initial)?,
-            backoff_max: parse(&d.spec.backoff.max)?,
-            spec: d.spec.clone(),
-            sink,
         };
         let stop = CancellationToken::new();
         let handle = tokio::spawn(worker::run(
             Arc::new(ctx),
             head_rx.clone(),
-            nudge_tx.subscribe(),
+            worker::Wakeups { nudge: nudge_tx.subscribe(), refresh: refresh_tx.subscribe() },
             stop.clone(),
             cfg.poll_interval,
         ));
@@ -188,17 +176,35 @@ async fn reconcile(
     Ok(())
 }
 
+fn shard_ctx(pool: &PgPool, cfg: &DispatchConfig, d: &definitions::Definition) -> Result<pass::ShardCtx> {
+    let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::Config(format!("backoff {s:?}: {e}")));
+    Ok(pass::ShardCtx {
+        pool: pool.clone(),
+        consumer: d.name.clone(),
+        instance_id: match d.spec.delivery {
+            Delivery::Shared => SHARED_INSTANCE.to_owned(),
+            Delivery::PerInstance => cfg.instance_id.clone(),
+        },
+        backoff_initial: parse(&d.spec.backoff.initial)?,
+        backoff_max: parse(&d.spec.backoff.max)?,
+        spec: d.spec.clone(),
+        sink: sink::build(&d.spec)?,
+    })
+}
+
 /// Refuses to start when a cursor is ahead of the database's transaction counter: after a
 /// logical dump and restore, transaction ids restart below stored cursors, and delivering would
 /// skip every event until the counter caught up.
-async fn check_cursors(pool: &PgPool, instance: &str) -> Result<()> {
+async fn check_cursors(pool: &PgPool, group: &str, instance: &str) -> Result<()> {
     let ahead: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT consumer, instance_id, cursor_tx::text, pg_snapshot_xmax(pg_current_snapshot())::text
-           FROM highwater.consumer_shards
-          WHERE instance_id IN ($1, '__shared__')
-            AND cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
+           FROM highwater.consumer_shards s
+           JOIN highwater.consumers c ON c.name = s.consumer AND c.consumer_group = $2
+          WHERE s.instance_id IN ($1, '__shared__')
+            AND s.cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
     )
     .bind(instance)
+    .bind(group)
     .fetch_all(pool)
     .await?;
     if ahead.is_empty() {
@@ -208,8 +214,7 @@ async fn check_cursors(pool: &PgPool, instance: &str) -> Result<()> {
     Err(Error::Refused(format!(
         "refusing to deliver: cursors are ahead of the database's next transaction id ({}): {}.\n  \
          The database was probably restored from a logical dump, which restarts transaction ids; \
-         delivering now would skip events.\n  fix: `highwater consumer rewind NAME --to \
-         <EVENT_ID|TIME|earliest>` each of them to the last event known delivered",
+         delivering now would skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
         ahead[0].3,
         list.join(", ")
     )))

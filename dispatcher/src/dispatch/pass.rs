@@ -2,7 +2,6 @@
 use std::{sync::Arc, time::Duration};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use chrono::Utc;
 use highwater_crds::{ConsumerSpec, ErrorMode};
 use sqlx::{Connection, PgPool};
 
@@ -35,7 +34,7 @@ pub enum Outcome {
     Halted { cursor: Position },
     /// Another process holds the shard.
     Busy,
-    /// The shard changed under the pass (rewind, disable, skip, deletion); nothing was applied.
+    /// The shard changed under the pass (an operator's change or a deletion); nothing was applied.
     Changed,
 }
 
@@ -68,11 +67,8 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     if !shard.status.delivers() {
         return Ok(Outcome::Halted { cursor: shard.cursor });
     }
-    if let Some(at) = shard.next_attempt_at {
-        let wait = at - Utc::now();
-        if wait > chrono::TimeDelta::zero() {
-            return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: wait.to_std().unwrap_or_default() });
-        }
+    if let Some(ms) = shard.retry_in_ms.filter(|ms| *ms > 0) {
+        return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: Duration::from_millis(ms as u64) });
     }
     let limit = i64::from(ctx.spec.batch_size);
     let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
@@ -80,10 +76,8 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         return Err(Error::Refused(format!(
             "shard {}/{}: its cursor (transaction {}) is ahead of the database's next transaction \
              id ({}). The database was probably restored from a logical dump, which restarts \
-             transaction ids; delivering now could skip events.\n  fix: `highwater consumer rewind \
-             {} --instance {} --to <EVENT_ID|TIME|earliest>` to the last event you know was \
-             delivered",
-            shard.consumer, shard.instance_id, shard.cursor.tx, batch.next_xid, shard.consumer, shard.instance_id
+             transaction ids; delivering now could skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
+            shard.consumer, shard.instance_id, shard.cursor.tx, batch.next_xid
         )));
     }
     let Some(last) = batch.events.last().map(|e| e.position()) else {
@@ -129,7 +123,19 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
                         Err(e2) => {
                             tx.rollback().await?;
                             tx = conn.begin().await?;
-                            failed = (0, e2.message);
+                            // Not deterministic: record the failure where it happened this time,
+                            // with the events before it delivered.
+                            if e2.index > 0 {
+                                if deliver(ctx, Some(&mut tx), &events[..e2.index]).await.is_err() {
+                                    tx.rollback().await?;
+                                    tx = conn.begin().await?;
+                                    failed = (0, e2.message);
+                                } else {
+                                    failed = (e2.index, e2.message);
+                                }
+                            } else {
+                                failed = (0, e2.message);
+                            }
                         }
                     }
                 }

@@ -10,10 +10,17 @@ use super::{
 };
 use crate::Position;
 
+/// Signals besides the head: `nudge` (a control notification: look now) and `refresh` (the
+/// periodic reload: look again if halted).
+pub struct Wakeups {
+    pub nudge: watch::Receiver<u64>,
+    pub refresh: watch::Receiver<u64>,
+}
+
 pub async fn run(
     ctx: Arc<ShardCtx>,
     mut head_rx: watch::Receiver<Head>,
-    mut nudge_rx: watch::Receiver<u64>,
+    wakeups: Wakeups,
     stop: CancellationToken,
     poll: Duration,
 ) {
@@ -23,6 +30,7 @@ pub async fn run(
     let mut halted = false;
     let mut force = true;
     let mut error_delay = Duration::from_millis(200);
+    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx } = wakeups;
     loop {
         if stop.is_cancelled() {
             return;
@@ -80,6 +88,10 @@ pub async fn run(
             r = nudge_rx.changed() => {
                 if r.is_err() { return }
                 force = true;
+            }
+            r = refresh_rx.changed() => {
+                if r.is_err() { return }
+                force = halted;
             }
             _ = tokio::time::sleep_until(sleep_until) => {}
         }

@@ -47,18 +47,24 @@ pub fn idempotency_key(consumer: &str, event_id: i64) -> String {
     format!("{consumer}:{event_id}")
 }
 
+/// Refuses sinks this version cannot run, without building anything (no file is opened).
+pub fn check_available(spec: &ConsumerSpec) -> Result<()> {
+    if spec.sink.sse.is_some() {
+        return Err(Error::Refused(
+            "the sse sink is not available in this version of highwater; use sql or log".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Builds the sink a spec declares.
 pub fn build(spec: &ConsumerSpec) -> Result<Arc<dyn Sink>> {
+    check_available(spec)?;
     if let Some(s) = &spec.sink.sql {
         return Ok(Arc::new(SqlSink::new(s)?));
     }
     if let Some(s) = &spec.sink.log {
         return Ok(Arc::new(LogSink::new(s)?));
-    }
-    if spec.sink.sse.is_some() {
-        return Err(Error::Refused(
-            "the sse sink is not available in this version of highwater; use sql or log".into(),
-        ));
     }
     Err(Error::Refused("the consumer declares no sink".into()))
 }
