@@ -91,12 +91,7 @@ async fn sigterm_finishes_the_batch_and_keeps_its_place() {
     tx.commit().await.unwrap();
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start(&db.url, "t0", logs.path());
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(30), "delivery to start", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM applied").await > 0 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM applied", 1, Duration::from_secs(30)).await;
     let code = d.terminate(Duration::from_secs(15));
     assert_eq!(code, Some(0), "clean exit after SIGTERM");
     let applied = scalar_i64(&db.pool, "SELECT count(*) FROM applied").await;
@@ -111,12 +106,7 @@ async fn sigterm_finishes_the_batch_and_keeps_its_place() {
 
     // A successor takes over where it stopped.
     let _d2 = Dispatcher::start(&db.url, "t1", logs.path());
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(60), "the rest to be delivered", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM applied").await >= 100 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM applied", 100, Duration::from_secs(60)).await;
     assert_eq!(scalar_i64(&db.pool, "SELECT count(DISTINCT event_id) FROM applied").await, 100);
     assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM applied").await, 100);
 }

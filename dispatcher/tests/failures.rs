@@ -76,12 +76,7 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     let a: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM a_seen").fetch_all(&db.pool).await.unwrap();
     assert_eq!(a, vec![ids[0]], "nothing after the poison event, nothing twice");
 
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(20), "consumer b to deliver everything", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM b_seen").await == 3 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM b_seen", 3, Duration::from_secs(20)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         scalar_i64(&db.pool, "SELECT attempts::bigint FROM highwater.consumer_shards WHERE consumer = 'a'").await
@@ -103,12 +98,7 @@ async fn skip_mode_parks_the_poison_event_and_goes_on() {
     let ids = append_three(&db.pool).await;
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "p0", logs.path());
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(30), "the event after the poison one", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM a_seen").await == 2 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM a_seen", 2, Duration::from_secs(30)).await;
     let a: Vec<i64> =
         sqlx::query_scalar("SELECT event_id FROM a_seen ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
     assert_eq!(a, vec![ids[0], ids[2]]);
@@ -152,23 +142,13 @@ async fn slow_sink_does_not_delay_another_consumer() {
     append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
     let appended = Instant::now();
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(10), "the fast consumer", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM fast_seen").await == 1 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM fast_seen", 1, Duration::from_secs(10)).await;
     let fast_took = appended.elapsed();
     // The second event reaches the fast consumer while the slow one is still on the first.
     let mut tx = db.pool.begin().await.unwrap();
     append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(10), "the second event at the fast consumer", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM fast_seen").await == 2 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM fast_seen", 2, Duration::from_secs(10)).await;
     let slow_done = scalar_i64(&db.pool, "SELECT count(*) FROM slow_seen").await;
     assert_eq!(slow_done, 0, "the slow sink is still on its first event");
     assert!(fast_took < Duration::from_secs(2), "fast consumer took {fast_took:?}");

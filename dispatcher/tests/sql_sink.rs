@@ -49,12 +49,7 @@ async fn tenant_and_role_confine_the_statement() {
 
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "s0", logs.path());
-    let pool = db.pool.clone();
-    wait_for(Duration::from_secs(30), "both events handled", || {
-        let pool = pool.clone();
-        async move { scalar_i64(&pool, "SELECT count(*) FROM highwater.dead_letters").await >= 3 }
-    })
-    .await;
+    wait_count(&db.pool, "SELECT count(*) FROM highwater.dead_letters", 3, Duration::from_secs(30)).await;
 
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT tenant, event_id FROM notes").fetch_all(&db.pool).await.unwrap();
@@ -83,52 +78,21 @@ async fn tenant_and_role_confine_the_statement() {
 #[tokio::test]
 async fn cli_append_stores_and_refuses() {
     let db = setup(&["Tick"]).await;
-    let run =
-        |args: &[&str]| std::process::Command::new(bin()).args(args).env("DATABASE_URL", &db.url).output().unwrap();
-    let out = run(&[
-        "events",
-        "append",
-        "--stream-type",
-        "s",
-        "--stream-id",
-        "1",
-        "--type",
-        "Tick",
-        "--payload",
-        "{\"n\": 1}",
-        "--expected-version",
-        "0",
-    ]);
+    let append = |payload: &str, version: Option<&str>| {
+        let mut args = vec!["events", "append", "--stream-type", "s", "--stream-id", "1", "--type", "Tick"];
+        args.extend(["--payload", payload]);
+        if let Some(v) = version {
+            args.extend(["--expected-version", v]);
+        }
+        std::process::Command::new(bin()).args(args).env("DATABASE_URL", &db.url).output().unwrap()
+    };
+    let out = append("{\"n\": 1}", Some("0"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let id: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    let out = run(&[
-        "events",
-        "append",
-        "--stream-type",
-        "s",
-        "--stream-id",
-        "1",
-        "--type",
-        "Tick",
-        "--payload",
-        "{}",
-        "--expected-version",
-        "0",
-    ]);
+    let out = append("{}", Some("0"));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected 0"));
-    let out = run(&[
-        "events",
-        "append",
-        "--stream-type",
-        "s",
-        "--stream-id",
-        "1",
-        "--type",
-        "Tick",
-        "--payload",
-        "{not json",
-    ]);
+    let out = append("{not json", None);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--payload is not valid JSON"));
     let stored: Vec<i64> = sqlx::query_scalar("SELECT id FROM highwater.events").fetch_all(&db.pool).await.unwrap();
     assert_eq!(stored, vec![id]);

@@ -124,6 +124,16 @@ where
     panic!("timed out after {timeout:?} waiting for {what}");
 }
 
+/// Waits until the count query `sql` returns at least `n`.
+pub async fn wait_count(pool: &PgPool, sql: &'static str, n: i64, timeout: Duration) {
+    let pool = pool.clone();
+    wait_for(timeout, sql, || {
+        let pool = pool.clone();
+        async move { scalar_i64(&pool, sql).await >= n }
+    })
+    .await;
+}
+
 pub async fn scalar_i64(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect(sql)
 }
