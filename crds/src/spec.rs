@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +117,8 @@ pub struct SinkSpec {
     pub log: Option<LogSink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse: Option<SseSink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookSink>,
 }
 
 /// Runs one SQL statement per event in the transaction that advances the cursor: exactly once.
@@ -140,6 +144,40 @@ pub struct LogSink {
     /// `stdout` (default), `stderr`, or a file path to append to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+}
+
+/// HTTP POST of each event (or of each batch) as JSON, following the Standard Webhooks
+/// convention: `webhook-id` (the idempotency key `consumer:event_id`), `webhook-timestamp`,
+/// `webhook-signature` (HMAC-SHA256 with the secret). At least once.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookSink {
+    /// `http://` or `https://` URL the events are POSTed to.
+    pub url: String,
+    /// POST each batch as one JSON array instead of one request per event.
+    #[serde(default)]
+    pub batch: bool,
+    /// Request timeout (default 10s); a timeout is a failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Signing secret, from an environment variable of the dispatcher or a file it can read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretRef>,
+    /// Extra request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Where a secret comes from; set exactly one field. The value never appears in a definition.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretRef {
+    /// Name of an environment variable of the dispatcher process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// Path of a file (e.g. a mounted Kubernetes Secret); surrounding whitespace is trimmed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// Server-sent events to clients connected to the dispatcher instance (PerInstance only).
@@ -183,6 +221,8 @@ impl ConsumerSpec {
             "log"
         } else if self.sink.sse.is_some() {
             "sse"
+        } else if self.sink.webhook.is_some() {
+            "webhook"
         } else {
             "none"
         }

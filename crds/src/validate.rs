@@ -71,10 +71,11 @@ impl ConsumerSpec {
                 self.backoff.initial, self.backoff.max
             ));
         }
+        let s = &self.sink;
         let sinks =
-            [self.sink.sql.is_some(), self.sink.log.is_some(), self.sink.sse.is_some()].iter().filter(|s| **s).count();
+            [s.sql.is_some(), s.log.is_some(), s.sse.is_some(), s.webhook.is_some()].iter().filter(|s| **s).count();
         if sinks != 1 {
-            problems.push(format!("sink: exactly one of sql, log, sse must be set, found {sinks}"));
+            problems.push(format!("sink: exactly one of sql, log, sse, webhook must be set, found {sinks}"));
         }
         if let Some(sql) = &self.sink.sql {
             if sql.statement.trim().is_empty() {
@@ -87,6 +88,19 @@ impl ConsumerSpec {
             }
             if let Some(t) = &sql.timeout {
                 duration("sink.sql.timeout", t, &mut problems);
+            }
+        }
+        if let Some(w) = &self.sink.webhook {
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) || w.url.len() < 10 {
+                problems.push(format!("sink.webhook.url: {:?} is not an http:// or https:// URL", w.url));
+            }
+            if let Some(t) = &w.timeout {
+                duration("sink.webhook.timeout", t, &mut problems);
+            }
+            if let Some(s) = &w.secret
+                && s.env.is_some() == s.file.is_some()
+            {
+                problems.push("sink.webhook.secret: set exactly one of env, file".to_owned());
             }
         }
         if self.sink.sse.is_some() && self.delivery != Delivery::PerInstance {

@@ -4,7 +4,13 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, NewEvent, Result, db, definitions, dispatch, event_types, instance, ops, quickstart};
+mod consumer;
+mod events;
+
+pub use consumer::ConsumerCmd;
+pub use events::EventsCmd;
+
+use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart};
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater", version, about = "Gap-free post-commit event delivery from PostgreSQL")]
@@ -86,52 +92,6 @@ pub struct DispatchArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ConsumerCmd {
-    /// Create or update consumers from EventConsumer YAML (a file or a directory).
-    Apply {
-        #[arg(short = 'f', long = "filename")]
-        file: PathBuf,
-    },
-    /// Every shard with status, cursor and lag.
-    List {
-        #[arg(short, long, value_enum, default_value = "table")]
-        output: Output,
-    },
-    /// The shards of one consumer.
-    Status {
-        name: String,
-        #[arg(short, long, value_enum, default_value = "table")]
-        output: Output,
-    },
-    /// Delete a consumer and its cursors.
-    Delete { name: String },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum EventsCmd {
-    /// Append one event (in its own transaction).
-    Append {
-        #[arg(long)]
-        stream_type: String,
-        #[arg(long)]
-        stream_id: String,
-        #[arg(long = "type")]
-        event_type: String,
-        /// JSON payload, or @FILE.
-        #[arg(long)]
-        payload: String,
-        /// JSON object of metadata, or @FILE.
-        #[arg(long)]
-        metadata: Option<String>,
-        #[arg(long)]
-        tenant: Option<String>,
-        /// The stream's current version (0 for a new stream); refused on mismatch.
-        #[arg(long)]
-        expected_version: Option<i64>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
 pub enum EventTypesCmd {
     /// Register an event type, optionally with a JSON Schema for its payload.
     Register {
@@ -164,7 +124,7 @@ fn require_url(g: &Global) -> Result<String> {
     })
 }
 
-fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
+pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
     let body = match text.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?,
         None => text.to_owned(),
@@ -221,33 +181,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            consumer(&pool, c).await?;
+            consumer::run(&pool, c).await?;
         }
-        Command::Events(EventsCmd::Append {
-            stream_type,
-            stream_id,
-            event_type,
-            payload,
-            metadata,
-            tenant,
-            expected_version,
-        }) => {
+        Command::Events(c) => {
             let url = require_url(&g)?;
-            let pool = db::connect(&url, 1).await?;
+            let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            let ev = NewEvent {
-                stream_type,
-                stream_id,
-                event_type,
-                payload: json_arg(&payload, "--payload")?,
-                metadata: metadata.as_deref().map(|m| json_arg(m, "--metadata")).transpose()?,
-                tenant_id: tenant,
-                expected_version,
-            };
-            let mut tx = pool.begin().await?;
-            let id = crate::append(&mut tx, &ev).await?;
-            tx.commit().await?;
-            println!("{id}");
+            events::run(&pool, c).await?;
         }
         Command::EventTypes(c) => {
             let url = require_url(&g)?;
@@ -268,57 +208,6 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
-    }
-    Ok(())
-}
-
-async fn consumer(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
-    match c {
-        ConsumerCmd::Apply { file } => {
-            let defs = definitions::load(&file)?;
-            if defs.is_empty() {
-                return Err(Error::Refused(format!("{} holds no EventConsumer", file.display())));
-            }
-            for (name, outcome) in definitions::apply(pool, &defs).await? {
-                let word = match outcome {
-                    definitions::Applied::Created => "created",
-                    definitions::Applied::Updated => "configured",
-                    definitions::Applied::Unchanged => "unchanged",
-                };
-                println!("eventconsumer/{name} {word}");
-            }
-        }
-        ConsumerCmd::List { output } => print_status(&ops::status(pool, None).await?, output)?,
-        ConsumerCmd::Status { name, output } => {
-            let rows = ops::status(pool, Some(&name)).await?;
-            if rows.is_empty() {
-                let exists: bool =
-                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM highwater.consumers WHERE name = $1)")
-                        .bind(&name)
-                        .fetch_one(pool)
-                        .await?;
-                if exists {
-                    println!("consumer {name} has no shards yet: no dispatcher of its group has started");
-                    return Ok(());
-                }
-                return Err(Error::Refused(format!(
-                    "no consumer named {name:?}; `highwater consumer list` shows them"
-                )));
-            }
-            print_status(&rows, output)?;
-        }
-        ConsumerCmd::Delete { name } => {
-            definitions::delete(pool, &name).await?;
-            println!("eventconsumer/{name} deleted");
-        }
-    }
-    Ok(())
-}
-
-fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
-    match output {
-        Output::Table => print!("{}", ops::render_table(rows)),
-        Output::Json => println!("{}", serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))?),
     }
     Ok(())
 }
