@@ -57,25 +57,35 @@ pub fn bin() -> &'static str {
 pub struct Dispatcher {
     pub child: Child,
     pub instance: String,
+    pub http_port: u16,
 }
 
 impl Dispatcher {
     pub fn start(url: &str, instance: &str, log_dir: &Path) -> Self {
+        Self::start_with_env(url, instance, log_dir, &[])
+    }
+
+    /// Starts with extra environment variables. Its HTTP server listens on a free loopback port
+    /// (`http_port`).
+    pub fn start_with_env(url: &str, instance: &str, log_dir: &Path, env: &[(&str, &str)]) -> Self {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log_dir.join(format!("{instance}.log")))
             .unwrap();
+        let http_port = highwater::embedded::free_port().unwrap();
         let child = Command::new(bin())
             .args(["dispatch", "--instance-id", instance, "--poll-interval", "20ms", "--shutdown-grace", "10s"])
+            .args(["--listen", &format!("127.0.0.1:{http_port}")])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "info,sqlx=warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("spawn dispatcher");
-        Dispatcher { child, instance: instance.to_owned() }
+        Dispatcher { child, instance: instance.to_owned(), http_port }
     }
 
     pub fn signal(&self, s: Signal) {
