@@ -6,22 +6,13 @@ use std::{
 
 use async_trait::async_trait;
 use highwater_crds::LogSink as LogSinkSpec;
-use serde::Serialize;
 
-use super::{DeliveryContext, Sink, SinkError, idempotency_key};
+use super::{DeliveryContext, Sink, SinkError, envelope::Envelope};
 use crate::{Error, Event, Result};
 
 /// Writes one JSON line per event to stdout, stderr or a file (appended).
 pub struct LogSink {
     out: Mutex<Box<dyn Write + Send>>,
-}
-
-#[derive(Serialize)]
-struct Line<'a> {
-    consumer: &'a str,
-    instance_id: &'a str,
-    idempotency_key: String,
-    event: &'a Event,
 }
 
 impl LogSink {
@@ -50,13 +41,8 @@ impl Sink for LogSink {
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for ev in events {
-            let line = Line {
-                consumer: ctx.consumer,
-                instance_id: ctx.instance_id,
-                idempotency_key: idempotency_key(ctx.consumer, ev.id),
-                event: ev,
-            };
-            serde_json::to_writer(&mut buf, &line).map_err(|e| SinkError { index: 0, message: e.to_string() })?;
+            serde_json::to_writer(&mut buf, &Envelope::new(ctx, ev))
+                .map_err(|e| SinkError { index: 0, message: e.to_string() })?;
             buf.push(b'\n');
         }
         // One write per batch: lines of concurrent consumers never interleave mid-line.

@@ -9,11 +9,14 @@ use sqlx::PgConnection;
 
 use crate::{Error, Event, Result};
 
+mod envelope;
 mod log;
 mod sql;
+mod webhook;
 
 pub use log::LogSink;
 pub use sql::SqlSink;
+pub use webhook::WebhookSink;
 
 /// Who is delivering, and for transactional sinks the open transaction.
 pub struct DeliveryContext<'a> {
@@ -65,6 +68,9 @@ pub fn build(spec: &ConsumerSpec) -> Result<Arc<dyn Sink>> {
     }
     if let Some(s) = &spec.sink.log {
         return Ok(Arc::new(LogSink::new(s)?));
+    }
+    if let Some(s) = &spec.sink.webhook {
+        return Ok(Arc::new(WebhookSink::new(s)?));
     }
     Err(Error::Refused("the consumer declares no sink".into()))
 }
