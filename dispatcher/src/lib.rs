@@ -17,6 +17,7 @@ pub mod instance;
 pub mod ops;
 pub mod position;
 pub mod quickstart;
+pub mod retention;
 pub mod shards;
 pub mod sink;
 

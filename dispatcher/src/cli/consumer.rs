@@ -1,7 +1,7 @@
 //! `highwater consumer …`
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 use super::Output;
 use crate::{Error, Result, definitions, ops};
@@ -26,6 +26,64 @@ pub enum ConsumerCmd {
     },
     /// Delete a consumer and its cursors.
     Delete { name: String },
+    /// Resume a dead shard: retry its failing event with a fresh attempt count (cursor kept).
+    Restart {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Move past the failing event only (that one event is never delivered to this consumer).
+    Skip {
+        name: String,
+        /// Refuse unless the shard is failing on this event.
+        #[arg(long)]
+        event: Option<i64>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stop delivering (cursor kept, nothing lost; `events prune` no longer waits for it).
+    Disable {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume disabled shards from their cursors.
+    Enable {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Move the cursor: redeliver from the start, an event or a time, or jump to the head.
+    Rewind {
+        name: String,
+        /// earliest, latest, an event id (redelivered from that event), or an RFC 3339 time.
+        #[arg(long, value_parser = |s: &str| s.parse::<ops::RewindTo>().map_err(|e| e.to_string()))]
+        to: ops::RewindTo,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Delete PerInstance shards whose heartbeat is older than --stale-after (never __shared__).
+    Gc {
+        /// Only this consumer's shards.
+        name: Option<String>,
+        /// Heartbeat age beyond which an instance counts as gone (e.g. 1h; at least 1m).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        stale_after: Duration,
+        /// Only this instance's shards.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Also delete shards with a pod_uid (created by the operator for a pod).
+        #[arg(long)]
+        include_managed: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct Target {
+    /// Only this instance's shard (default: the __shared__ shard of a Shared consumer, every
+    /// shard the command applies to of a PerInstance one).
+    #[arg(long)]
+    pub instance: Option<String>,
 }
 
 pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
@@ -67,6 +125,26 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             definitions::delete(pool, &name).await?;
             println!("eventconsumer/{name} deleted");
         }
+        ConsumerCmd::Restart { name, target } => print_all(ops::restart(pool, &name, target.get()).await?),
+        ConsumerCmd::Skip { name, event, target } => print_all(ops::skip(pool, &name, target.get(), event).await?),
+        ConsumerCmd::Disable { name, target } => print_all(ops::disable(pool, &name, target.get()).await?),
+        ConsumerCmd::Enable { name, target } => print_all(ops::enable(pool, &name, target.get()).await?),
+        ConsumerCmd::Rewind { name, to, target } => print_all(ops::rewind(pool, &name, target.get(), to).await?),
+        ConsumerCmd::Gc { name, stale_after, instance, include_managed } => {
+            let o = ops::GcOptions { stale_after, consumer: name, instance, include_managed };
+            let report = ops::gc(pool, &o).await?;
+            print_all(&report.deleted);
+            if report.deleted.is_empty() {
+                println!("no stale shards (heartbeat older than {})", humantime::format_duration(stale_after));
+            }
+            if !report.kept_managed.is_empty() {
+                println!(
+                    "kept {} stale shard(s) managed by the operator (pod_uid set): {}; --include-managed deletes them",
+                    report.kept_managed.len(),
+                    report.kept_managed.join(", ")
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -77,4 +155,16 @@ fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
         Output::Json => println!("{}", serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))?),
     }
     Ok(())
+}
+
+impl Target {
+    fn get(&self) -> Option<&str> {
+        self.instance.as_deref()
+    }
+}
+
+fn print_all<T: std::fmt::Display>(changes: impl IntoIterator<Item = T>) {
+    for c in changes {
+        println!("{c}");
+    }
 }

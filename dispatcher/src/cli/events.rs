@@ -2,7 +2,7 @@
 use clap::Subcommand;
 
 use super::json_arg;
-use crate::{NewEvent, Result};
+use crate::{NewEvent, Result, retention};
 
 #[derive(Subcommand, Debug)]
 pub enum EventsCmd {
@@ -26,6 +26,25 @@ pub enum EventsCmd {
         #[arg(long)]
         expected_version: Option<i64>,
     },
+    /// Delete old events of the named stream types, in batches; refused while a non-disabled
+    /// shard has not processed them.
+    Prune {
+        /// Delete events created more than this many days ago.
+        #[arg(long, value_name = "DAYS")]
+        older_than: u32,
+        /// A stream type to prune (repeatable; several values allowed).
+        #[arg(long = "stream-type", value_name = "T", num_args = 1.., conflicts_with = "all_stream_types")]
+        stream_types: Vec<String>,
+        /// Prune every stream type.
+        #[arg(long)]
+        all_stream_types: bool,
+        /// Events deleted per transaction.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+        batch_size: i64,
+        /// Show what would be deleted (and whether it is blocked); delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
@@ -44,6 +63,15 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
             let id = crate::append(&mut tx, &ev).await?;
             tx.commit().await?;
             println!("{id}");
+        }
+        EventsCmd::Prune { older_than, stream_types, all_stream_types, batch_size, dry_run } => {
+            let o = retention::PruneOptions {
+                older_than_days: older_than,
+                stream_types: (!all_stream_types).then_some(stream_types),
+                batch_size,
+                dry_run,
+            };
+            println!("{}", retention::prune(pool, &o).await?);
         }
     }
     Ok(())

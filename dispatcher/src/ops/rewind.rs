@@ -1,0 +1,141 @@
+//! `consumer rewind`: puts cursors at the start, the head, an event or a time.
+use std::{fmt, str::FromStr};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+
+use super::transitions::{Action, Change, Transition, execute};
+use crate::{Error, Position, Result};
+
+/// Where `rewind --to` puts a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewindTo {
+    /// Before every event: everything is delivered again.
+    Earliest,
+    /// The newest event below the fence: only what comes next is delivered.
+    Latest,
+    /// Just before this event, so that it and everything after it is delivered again.
+    Event(i64),
+    /// Just before the first event (in delivery order) created at or after this time.
+    Time(DateTime<Utc>),
+}
+
+impl FromStr for RewindTo {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "earliest" => return Ok(RewindTo::Earliest),
+            "latest" => return Ok(RewindTo::Latest),
+            _ => {}
+        }
+        if let Ok(id) = s.parse::<i64>() {
+            if id < 1 {
+                return Err(Error::Config(format!("--to {s}: event ids start at 1")));
+            }
+            return Ok(RewindTo::Event(id));
+        }
+        DateTime::parse_from_rfc3339(s).map(|t| RewindTo::Time(t.with_timezone(&Utc))).map_err(|_| {
+            Error::Config(format!(
+                "--to {s:?} is not earliest, latest, an event id or an RFC 3339 time (e.g. 2026-01-31T12:00:00Z)"
+            ))
+        })
+    }
+}
+
+impl fmt::Display for RewindTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RewindTo::Earliest => f.write_str("earliest"),
+            RewindTo::Latest => f.write_str("latest"),
+            RewindTo::Event(id) => write!(f, "event {id}"),
+            RewindTo::Time(t) => write!(f, "{}", t.to_rfc3339()),
+        }
+    }
+}
+
+/// The newest event below the fence, as `shards::register` computes `latest`.
+const HEAD: &str = "SELECT tx_id::text, id FROM highwater.events
+                     WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                     ORDER BY tx_id DESC, id DESC LIMIT 1";
+
+fn position(row: Option<(String, i64)>) -> Result<Option<Position>> {
+    row.map(|(tx, id)| Ok(Position::new(Position::parse_tx(&tx)?, id))).transpose()
+}
+
+/// The cursor position for `to`. Always below the fence: a cursor above it could pass a running
+/// transaction's position, and that transaction's events would never be delivered.
+pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
+    match to {
+        RewindTo::Earliest => Ok(Position::ZERO),
+        RewindTo::Latest => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?)?.unwrap_or(Position::ZERO)),
+        RewindTo::Event(id) => {
+            let row: Option<(String, bool)> = sqlx::query_as(
+                "SELECT tx_id::text, tx_id < pg_snapshot_xmin(pg_current_snapshot()) FROM highwater.events WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
+            let Some((tx, below)) = row else {
+                return Err(Error::Refused(format!(
+                    "no event with id {id} (never appended, deleted by `highwater events prune`, or its \
+                     transaction has not committed)\n  fix: pick an existing event, or rewind --to TIME"
+                )));
+            };
+            if !below {
+                return Err(Error::Refused(format!(
+                    "event {id} is not below the fence yet: a transaction older than it is still running, and a \
+                     cursor placed there could skip that transaction's events\n  fix: try again when it has \
+                     ended (see \"What holds the fence back\" in docs/delivery.md)"
+                )));
+            }
+            // Just before the event: ids increase within a transaction, so (tx, id - 1) is after
+            // every earlier position and before this event.
+            Ok(Position::new(Position::parse_tx(&tx)?, id - 1))
+        }
+        RewindTo::Time(t) => {
+            let first: Option<(String, i64)> = sqlx::query_as(
+                "SELECT tx_id::text, id FROM highwater.events
+                  WHERE created_at >= $1 AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY tx_id, id LIMIT 1",
+            )
+            .bind(t)
+            .fetch_optional(&mut *conn)
+            .await?;
+            match position(first)? {
+                Some(p) => Ok(Position::new(p.tx, p.id - 1)),
+                // Every event below the fence is older: deliver what comes after them.
+                None => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?)?.unwrap_or(Position::ZERO)),
+            }
+        }
+    }
+}
+
+/// Puts the cursors in scope at `to`, clears any failure, and makes dead or retrying shards
+/// idle; disabled shards stay disabled (enable them to deliver).
+pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: RewindTo) -> Result<Vec<Transition>> {
+    let mut conn = pool.acquire().await?;
+    // An unknown consumer or instance is the first thing to report, before any target problem.
+    super::scope::resolve(&mut conn, consumer, instance).await?;
+    let at = target(&mut conn, to).await?;
+    drop(conn);
+    let change = Change {
+        verb: "rewind",
+        applies: "true",
+        set: "cursor_tx = $4::text::xid8, cursor_id = $5,
+              status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
+              attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
+        join_event: false,
+        event_id: None,
+        target: Some(at),
+        action: Action::Rewound { to: to.to_string() },
+    };
+    execute(
+        pool,
+        consumer,
+        instance,
+        change,
+        |_| Ok(()),
+        |_, _| "changed while rewinding; run the command again".into(),
+    )
+    .await
+}

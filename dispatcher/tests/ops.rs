@@ -1,0 +1,565 @@
+//! Ops commands: restart, skip, disable, enable, rewind and gc, through the library and the CLI,
+//! with running dispatchers; every transition and every refusal.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use highwater::{Error, NewEvent, Position, append, ops, shards};
+use serde_json::json;
+use sqlx::PgPool;
+
+/// Fails on events with `poison: true` while `gate.broken` is true.
+const GATED: &str = "INSERT INTO seen VALUES ($2, 1 / (CASE WHEN ($1->>'poison')::bool AND (SELECT broken FROM gate) \
+                     THEN 0 ELSE 1 END))";
+
+async fn tables(pool: &PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE seen (event_id bigint, x int); CREATE TABLE gate (broken bool); INSERT INTO gate VALUES (true);",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+fn gated(name: &str) -> String {
+    consumer(
+        name,
+        &format!(
+            "delivery: Shared\nmaxAttempts: 2\nbackoff: {{initial: 50ms, max: 100ms}}\nsink: {{sql: {{statement: \"{GATED}\"}}}}"
+        ),
+    )
+}
+
+async fn append_one(pool: &PgPool, payload: serde_json::Value) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    let id = append(&mut tx, &NewEvent::new("s", "1", "Tick", payload)).await.unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
+/// Three events in three transactions: fine, poison, fine.
+async fn append_three(pool: &PgPool) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for poison in [false, true, false] {
+        ids.push(append_one(pool, json!({"poison": poison})).await);
+    }
+    ids
+}
+
+async fn position_of(pool: &PgPool, id: i64) -> Position {
+    let tx: String = sqlx::query_scalar("SELECT tx_id::text FROM highwater.events WHERE id = $1")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    Position::new(tx.parse().unwrap(), id)
+}
+
+#[derive(Debug, PartialEq)]
+struct Row {
+    status: String,
+    attempts: i32,
+    failing: Option<i64>,
+    cursor: Position,
+}
+
+async fn shard(pool: &PgPool, consumer: &str, instance: &str) -> Row {
+    let (status, attempts, failing, tx, id): (String, i32, Option<i64>, String, i64) = sqlx::query_as(
+        "SELECT status, attempts, failing_event_id, cursor_tx::text, cursor_id FROM highwater.consumer_shards
+          WHERE consumer = $1 AND instance_id = $2",
+    )
+    .bind(consumer)
+    .bind(instance)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    Row { status, attempts, failing, cursor: Position::new(tx.parse().unwrap(), id) }
+}
+
+async fn wait_status(pool: &PgPool, consumer: &str, status: &str) {
+    let (pool, consumer, status) = (pool.clone(), consumer.to_owned(), status.to_owned());
+    wait_for(Duration::from_secs(30), &format!("{consumer} to be {status}"), || {
+        let (pool, consumer, status) = (pool.clone(), consumer.clone(), status.clone());
+        async move { shard(&pool, &consumer, "__shared__").await.status == status }
+    })
+    .await;
+}
+
+async fn seen(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar("SELECT event_id FROM seen ORDER BY ctid").fetch_all(pool).await.unwrap()
+}
+
+/// The refusal message, asserting it is one.
+fn refused<T: std::fmt::Debug>(r: highwater::Result<T>) -> String {
+    match r {
+        Err(Error::Refused(m)) => m,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_retries_the_event_the_shard_died_on() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let ids = append_three(&db.pool).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    wait_status(&db.pool, "a", "dead").await;
+    let dead = shard(&db.pool, "a", "__shared__").await;
+    assert_eq!((dead.attempts, dead.failing), (2, Some(ids[1])));
+
+    // What does not apply to a dead shard is refused, saying what to do instead.
+    let m = refused(ops::enable(&db.pool, "a", None).await);
+    assert!(m.contains("is dead, not disabled") && m.contains("highwater consumer restart a"), "{m}");
+
+    sqlx::query("UPDATE gate SET broken = false").execute(&db.pool).await.unwrap();
+    let t = ops::restart(&db.pool, "a", None).await.unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].to_string(), "eventconsumer/a restarted (instance __shared__)");
+    assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("dead", "idle"));
+    assert_eq!(t[0].cursor_before, t[0].cursor_after, "restart keeps the cursor");
+    let after = shard(&db.pool, "a", "__shared__").await;
+    assert_eq!(after.attempts, 0, "attempts start again");
+
+    // The running dispatcher reacts to the notification: the failing event is retried and passes.
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 3, Duration::from_secs(10)).await;
+    assert_eq!(seen(&db.pool).await, ids, "the poison event delivered on retry, in order, once");
+    wait_status(&db.pool, "a", "idle").await;
+
+    let m = refused(ops::restart(&db.pool, "a", None).await);
+    assert!(m.contains("is idle, not dead"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let ids = append_three(&db.pool).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    wait_status(&db.pool, "a", "dead").await;
+
+    // Skipping names the event: a wrong one is refused with the actual id.
+    let m = refused(ops::skip(&db.pool, "a", None, Some(ids[2])).await);
+    assert!(m.contains(&format!("is failing on event {}, not {}", ids[1], ids[2])), "{m}");
+    assert!(m.contains(&format!("--event {}", ids[1])), "{m}");
+    assert_eq!(shard(&db.pool, "a", "__shared__").await.status, "dead", "a refusal changes nothing");
+
+    let t = ops::skip(&db.pool, "a", None, Some(ids[1])).await.unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].action, ops::Action::Skipped { event_id: ids[1] });
+    assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[1]).await, "the cursor is on the skipped event");
+    assert!(t[0].to_string().starts_with(&format!("eventconsumer/a skipped event {} (instance __shared__", ids[1])));
+
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 2, Duration::from_secs(10)).await;
+    let later = append_one(&db.pool, json!({"poison": false})).await;
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 3, Duration::from_secs(10)).await;
+    assert_eq!(seen(&db.pool).await, vec![ids[0], ids[2], later], "only the poison event is missing");
+    let s = shard(&db.pool, "a", "__shared__").await;
+    assert_eq!((s.status.as_str(), s.attempts, s.failing), ("idle", 0, None));
+
+    let m = refused(ops::skip(&db.pool, "a", None, None).await);
+    assert!(m.contains("has no failing event") && m.contains("rewind"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_keeps_a_disabled_shard_disabled() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let ids = append_three(&db.pool).await;
+    // No dispatcher: set the failure a pass would leave behind.
+    let before = position_of(&db.pool, ids[0]).await;
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET status = 'disabled', attempts = 1, failing_event_id = $1,
+                cursor_tx = $2::text::xid8, cursor_id = $3, next_attempt_at = now() + interval '1 hour'
+          WHERE consumer = 'a'",
+    )
+    .bind(ids[1])
+    .bind(before.tx_text())
+    .bind(before.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let t = ops::skip(&db.pool, "a", None, None).await.unwrap();
+    assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("disabled", "disabled"));
+    assert_eq!(t[0].cursor_before, before);
+    let s = shard(&db.pool, "a", "__shared__").await;
+    assert_eq!((s.status.as_str(), s.attempts, s.failing), ("disabled", 0, None));
+    assert_eq!(s.cursor, position_of(&db.pool, ids[1]).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_to_an_event_redelivers_from_that_event() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(append_one(&db.pool, json!({"poison": false})).await);
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(20)).await;
+
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Event(ids[2])).await.unwrap();
+    let at = position_of(&db.pool, ids[2]).await;
+    assert_eq!(t[0].cursor_after, Position::new(at.tx, at.id - 1), "just before the event");
+    assert!(t[0].to_string().contains(&format!("rewound to event {}", ids[2])), "{}", t[0]);
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 8, Duration::from_secs(10)).await;
+    let mut expected = ids.clone();
+    expected.extend(&ids[2..]);
+    assert_eq!(seen(&db.pool).await, expected, "the SQL sink sees the event and what follows again");
+
+    // latest delivers nothing again; earliest everything.
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Latest).await.unwrap();
+    assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[4]).await);
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest).await.unwrap();
+    assert_eq!(t[0].cursor_after, Position::ZERO);
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 13, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM seen").await, 13);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_to_a_time_and_what_it_resets() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let ids = append_three(&db.pool).await;
+    // Created 3, 2 and 1 hours ago.
+    sqlx::query("UPDATE highwater.events SET created_at = now() - (4 - (SELECT count(*) FROM highwater.events e2 WHERE e2.id <= events.id)) * interval '1 hour'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET status = 'dead', attempts = 2, failing_event_id = $1,
+                last_error = 'boom', next_attempt_at = now() WHERE consumer = 'a'",
+    )
+    .bind(ids[1])
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let t150: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT now() - interval '150 minutes'").fetch_one(&db.pool).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Time(t150)).await.unwrap();
+    let second = position_of(&db.pool, ids[1]).await;
+    assert_eq!(t[0].cursor_after, Position::new(second.tx, second.id - 1), "before the first event at or after");
+    assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("dead", "idle"), "a dead shard is idle");
+    let (attempts, failing, error, next): (i32, Option<i64>, Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as(
+            "SELECT attempts, failing_event_id, last_error, next_attempt_at FROM highwater.consumer_shards WHERE consumer = 'a'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!((attempts, failing, error, next), (0, None, None, None), "the failure is cleared");
+
+    // A time after every event: only what comes next.
+    let future = chrono::Utc::now() + chrono::Duration::hours(1);
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Time(future)).await.unwrap();
+    assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[2]).await);
+
+    // A disabled shard stays disabled.
+    ops::disable(&db.pool, "a", None).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest).await.unwrap();
+    assert_eq!(t[0].to_status.as_str(), "disabled");
+
+    // Parsing of --to.
+    assert_eq!("earliest".parse::<ops::RewindTo>().unwrap(), ops::RewindTo::Earliest);
+    assert_eq!("42".parse::<ops::RewindTo>().unwrap(), ops::RewindTo::Event(42));
+    assert!(matches!("2026-01-31T12:00:00+01:00".parse::<ops::RewindTo>().unwrap(), ops::RewindTo::Time(_)));
+    assert!("0".parse::<ops::RewindTo>().unwrap_err().to_string().contains("start at 1"));
+    assert!("yesterday".parse::<ops::RewindTo>().unwrap_err().to_string().contains("RFC 3339"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_stops_delivery_and_enable_resumes_it() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let first = append_one(&db.pool, json!({"poison": false})).await;
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 1, Duration::from_secs(20)).await;
+
+    let t = ops::disable(&db.pool, "a", None).await.unwrap();
+    assert_eq!(t[0].to_string(), "eventconsumer/a disabled (instance __shared__; was idle)");
+    let m = refused(ops::disable(&db.pool, "a", None).await);
+    assert!(m.contains("already disabled"), "{m}");
+    let second = append_one(&db.pool, json!({"poison": false})).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(seen(&db.pool).await, vec![first], "nothing delivered while disabled");
+    assert_eq!(shard(&db.pool, "a", "__shared__").await.cursor, position_of(&db.pool, first).await);
+
+    let t = ops::enable(&db.pool, "a", None).await.unwrap();
+    assert_eq!(t[0].to_string(), "eventconsumer/a enabled (instance __shared__)");
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 2, Duration::from_secs(10)).await;
+    assert_eq!(seen(&db.pool).await, vec![first, second]);
+    let m = refused(ops::enable(&db.pool, "a", None).await);
+    assert!(m.contains("is idle, not disabled"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_wins_over_a_pass_in_flight() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(
+        &db.pool,
+        &consumer("a", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen SELECT $2, 1 FROM pg_sleep(2)'}}"),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    wait_registered(&db.pool, "a", 1).await;
+    let id = append_one(&db.pool, json!({})).await;
+    wait_count(
+        &db.pool,
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO seen%' AND state = 'active'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    ops::disable(&db.pool, "a", None).await.unwrap();
+    // The pass finishes its statement, finds the shard changed and rolls back.
+    wait_count(
+        &db.pool,
+        "SELECT 1 - count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO seen%' AND state = 'active'",
+        1,
+        Duration::from_secs(10),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(seen(&db.pool).await.is_empty(), "the pass applied nothing");
+    let s = shard(&db.pool, "a", "__shared__").await;
+    assert_eq!((s.status.as_str(), s.cursor), ("disabled", Position::ZERO));
+
+    ops::enable(&db.pool, "a", None).await.unwrap();
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 1, Duration::from_secs(10)).await;
+    assert_eq!(seen(&db.pool).await, vec![id], "delivered once after enable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_the_problem_and_the_fix() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    apply(&db.pool, &consumer("paused", "delivery: Shared\nsuspend: true\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    let p = &db.pool;
+
+    for m in [
+        refused(ops::restart(p, "nope", None).await),
+        refused(ops::skip(p, "nope", None, None).await),
+        refused(ops::disable(p, "nope", None).await),
+        refused(ops::enable(p, "nope", None).await),
+        refused(ops::rewind(p, "nope", None, ops::RewindTo::Earliest).await),
+    ] {
+        assert!(m.contains("no consumer named \"nope\"") && m.contains("consumer list"), "{m}");
+    }
+    let m = refused(ops::disable(p, "a", Some("pod-1")).await);
+    assert!(m.contains("is Shared") && m.contains("drop --instance"), "{m}");
+    let m = refused(ops::disable(p, "live", None).await);
+    assert!(m.contains("has no shards yet"), "{m}");
+    let mut conn = p.acquire().await.unwrap();
+    shards::register(&mut conn, "live", "pod-1", None).await.unwrap();
+    let m = refused(ops::disable(p, "live", Some("pod-2")).await);
+    assert!(m.contains("no shard for instance \"pod-2\"") && m.contains("consumer status live"), "{m}");
+
+    let m = refused(ops::restart(p, "a", None).await);
+    assert!(m.contains("cannot restart consumer a") && m.contains("shard __shared__: is idle, not dead"), "{m}");
+    let m = refused(ops::skip(p, "live", None, None).await);
+    assert!(m.contains("shard pod-1: has no failing event") && m.contains("rewind live --instance pod-1"), "{m}");
+    let m = refused(ops::enable(p, "a", None).await);
+    assert!(m.contains("is idle, not disabled"), "{m}");
+    let m = refused(ops::enable(p, "paused", None).await);
+    assert!(m.contains("suspend: true") && m.contains("consumer apply"), "{m}");
+    let m = refused(ops::disable(p, "paused", None).await);
+    assert!(m.contains("already disabled"), "{m}");
+
+    // Rewind targets that would lose or invent positions.
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(999)).await);
+    assert!(m.contains("no event with id 999"), "{m}");
+    let mut old = p.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()").execute(&mut *old).await.unwrap();
+    let above = append_one(p, json!({})).await;
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(above)).await);
+    assert!(m.contains("not below the fence"), "{m}");
+    old.rollback().await.unwrap();
+    ops::rewind(p, "a", None, ops::RewindTo::Event(above)).await.unwrap();
+
+    // A refusal leaves every shard as it was.
+    let shards: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT consumer, instance_id, status FROM highwater.consumer_shards ORDER BY 1, 2")
+            .fetch_all(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        shards,
+        [("a", "__shared__", "idle"), ("live", "pod-1", "idle"), ("paused", "__shared__", "disabled")]
+            .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_instance_commands_apply_to_every_shard_they_fit() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    for i in ["pod-a", "pod-b", "pod-c"] {
+        shards::register(&mut conn, "live", i, None).await.unwrap();
+    }
+    sqlx::query("UPDATE highwater.consumer_shards SET status = 'dead', attempts = 10 WHERE instance_id = 'pod-b'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let names = |t: Vec<ops::Transition>| t.into_iter().map(|t| t.instance_id).collect::<Vec<_>>();
+
+    assert_eq!(names(ops::restart(&db.pool, "live", None).await.unwrap()), ["pod-b"], "only the dead one");
+    assert_eq!(names(ops::disable(&db.pool, "live", Some("pod-a")).await.unwrap()), ["pod-a"]);
+    assert_eq!(names(ops::disable(&db.pool, "live", None).await.unwrap()), ["pod-b", "pod-c"]);
+    assert_eq!(names(ops::enable(&db.pool, "live", Some("pod-c")).await.unwrap()), ["pod-c"]);
+    assert_eq!(names(ops::enable(&db.pool, "live", None).await.unwrap()), ["pod-a", "pod-b"]);
+    assert_eq!(
+        names(ops::rewind(&db.pool, "live", None, ops::RewindTo::Earliest).await.unwrap()),
+        ["pod-a", "pod-b", "pod-c"]
+    );
+    let m = refused(ops::restart(&db.pool, "live", None).await);
+    for i in ["pod-a", "pod-b", "pod-c"] {
+        assert!(m.contains(&format!("shard {i}: is idle, not dead")), "{m}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_notify_running_dispatchers() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool).await.unwrap();
+    listener.listen("highwater_control").await.unwrap();
+    ops::disable(&db.pool, "a", None).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
+    assert_eq!(n.payload(), "a");
+    // A refusal sends nothing.
+    let _ = ops::disable(&db.pool, "a", None).await;
+    assert!(tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_deletes_only_stale_unmanaged_per_instance_shards() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("s", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    apply(&db.pool, &consumer("p", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    shards::register(&mut conn, "p", "gone", None).await.unwrap();
+    shards::register(&mut conn, "p", "alive", None).await.unwrap();
+    shards::register(&mut conn, "p", "managed", Some("uid-1")).await.unwrap();
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET heartbeat_at = now() - interval '2 hours'
+          WHERE instance_id IN ('gone', 'managed', '__shared__')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let opts = |stale: u64| ops::GcOptions {
+        stale_after: Duration::from_secs(stale),
+        consumer: None,
+        instance: None,
+        include_managed: false,
+    };
+
+    let m = refused(ops::gc(&db.pool, &opts(10)).await);
+    assert!(m.contains("too short") && m.contains("1m"), "{m}");
+    let m = refused(ops::gc(&db.pool, &ops::GcOptions { instance: Some("__shared__".into()), ..opts(3600) }).await);
+    assert!(m.contains("never deletes __shared__"), "{m}");
+    let m = refused(ops::gc(&db.pool, &ops::GcOptions { consumer: Some("nope".into()), ..opts(3600) }).await);
+    assert!(m.contains("no consumer named"), "{m}");
+    let m = refused(ops::gc(&db.pool, &ops::GcOptions { instance: Some("alive".into()), ..opts(3600) }).await);
+    assert!(m.contains("p: heartbeat") && m.contains("looks alive"), "{m}");
+    let m = refused(ops::gc(&db.pool, &ops::GcOptions { instance: Some("managed".into()), ..opts(3600) }).await);
+    assert!(m.contains("uid-1") && m.contains("--include-managed"), "{m}");
+
+    let r = ops::gc(&db.pool, &opts(3600)).await.unwrap();
+    let deleted: Vec<_> = r.deleted.iter().map(|c| (c.consumer.as_str(), c.instance_id.as_str())).collect();
+    assert_eq!(deleted, [("p", "gone")]);
+    assert!(r.deleted[0].heartbeat_age >= Duration::from_secs(7100));
+    assert!(
+        r.deleted[0].to_string().starts_with("eventconsumer/p shard gone deleted (heartbeat 2h"),
+        "{}",
+        r.deleted[0]
+    );
+    assert_eq!(r.kept_managed, ["p/managed"]);
+
+    let r = ops::gc(&db.pool, &ops::GcOptions { include_managed: true, ..opts(3600) }).await.unwrap();
+    assert_eq!(r.deleted.iter().map(|c| c.instance_id.as_str()).collect::<Vec<_>>(), ["managed"]);
+    assert_eq!(r.deleted[0].pod_uid.as_deref(), Some("uid-1"));
+    assert!(ops::gc(&db.pool, &opts(3600)).await.unwrap().deleted.is_empty());
+
+    let left: Vec<(String, String)> =
+        sqlx::query_as("SELECT consumer, instance_id FROM highwater.consumer_shards ORDER BY 1, 2")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(left, [("p".to_owned(), "alive".to_owned()), ("s".to_owned(), "__shared__".to_owned())]);
+}
+
+fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin()).args(args).env("DATABASE_URL", url).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_prints_each_change_and_refuses_with_the_reason() {
+    let db = setup(&["Tick"]).await;
+    tables(&db.pool).await;
+    apply(&db.pool, &gated("a")).await;
+    let ids = append_three(&db.pool).await;
+    let u = &db.url;
+
+    let (code, out, _) = cli(u, &["consumer", "disable", "a"]);
+    assert_eq!((code, out.as_str()), (0, "eventconsumer/a disabled (instance __shared__; was idle)\n"));
+    let (code, out, _) = cli(u, &["consumer", "enable", "a", "--instance", "__shared__"]);
+    assert_eq!((code, out.as_str()), (0, "eventconsumer/a enabled (instance __shared__)\n"));
+
+    let (code, out, err) = cli(u, &["consumer", "restart", "a"]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert!(err.contains("error: cannot restart consumer a:") && err.contains("is idle, not dead"), "{err}");
+    let (code, _, err) = cli(u, &["consumer", "skip", "a", "--event", &ids[1].to_string()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("has no failing event"), "{err}");
+
+    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[1].to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!("eventconsumer/a rewound to event {} (instance __shared__; cursor 0/0 -> ", ids[1])),
+        "{out}"
+    );
+    let (code, _, err) = cli(u, &["consumer", "rewind", "a", "--to", "last tuesday"]);
+    assert_eq!(code, 2, "a bad --to is a usage error");
+    assert!(err.contains("RFC 3339"), "{err}");
+
+    // A dead shard restarted from the command line.
+    sqlx::query("UPDATE highwater.consumer_shards SET status = 'dead', attempts = 2, failing_event_id = $1")
+        .bind(ids[1])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (code, out, err) = cli(u, &["consumer", "restart", "a"]);
+    assert_eq!((code, out.as_str()), (0, "eventconsumer/a restarted (instance __shared__)\n"), "{err}");
+    let (code, out, err) = cli(u, &["consumer", "skip", "a", "--event", &ids[1].to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("eventconsumer/a skipped event {}", ids[1])), "{out}");
+
+    let (code, out, err) = cli(u, &["consumer", "gc", "--stale-after", "1h"]);
+    assert_eq!((code, out.as_str()), (0, "no stale shards (heartbeat older than 1h)\n"), "{err}");
+    let (code, _, err) = cli(u, &["consumer", "gc", "--stale-after", "5s"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("too short"), "{err}");
+}
