@@ -102,10 +102,6 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         if !seen.insert(&d.name) {
             return Err(Error::Refused(format!("consumer {:?} is defined twice in this input", d.name)));
         }
-        // Refuse now what no dispatcher could run (a sink not available in this version).
-        if let Err(e) = crate::sink::check_available(&d.spec) {
-            return Err(Error::Refused(format!("consumer {:?} ({}): {e}", d.name, d.source)));
-        }
         let unknown = event_types::unknown(pool, &d.spec.event_types).await?;
         if !unknown.is_empty() {
             return Err(Error::Refused(format!(

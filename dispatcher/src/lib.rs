@@ -13,13 +13,16 @@ pub mod embedded;
 pub mod error;
 pub mod event_types;
 pub mod events;
+pub mod http;
 pub mod instance;
+pub mod metrics;
 pub mod ops;
 pub mod position;
 pub mod quickstart;
 pub mod retention;
 pub mod shards;
 pub mod sink;
+pub mod sse;
 
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};

@@ -31,6 +31,10 @@ pub struct QuickstartArgs {
     /// How long the writers take to append them.
     #[arg(long, default_value = "8s", value_parser = humantime::parse_duration)]
     pub write_for: Duration,
+    /// Keep the database and the dispatchers running after the demo, for trying the CLI
+    /// (`highwater consumer top`, `events append`, …) and the /metrics endpoints; Ctrl-C stops.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 const EXAMPLES: &[(&str, &str)] = &[
@@ -78,8 +82,11 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     let logs = tempfile::Builder::new().prefix("highwater-quickstart-").tempdir().map_err(Error::io("temp dir"))?;
     let exe = std::env::current_exe().map_err(Error::io("locating the highwater binary"))?;
     let mut children = Vec::new();
+    let mut ports = Vec::new();
     for i in 0..a.instances {
-        children.push(spawn_dispatcher(&exe, url, &format!("quickstart-{i}"), logs.path())?);
+        let (child, port) = spawn_dispatcher(&exe, url, &format!("quickstart-{i}"), logs.path())?;
+        children.push(child);
+        ports.push(port);
     }
     println!("{} dispatcher processes starting (logs in {})", a.instances, logs.path().display());
     // Per-instance consumers start at the head when their process registers its shard: wait for
@@ -137,6 +144,18 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     } else {
         writer.abort();
     }
+    if a.keep && outcome.is_ok() {
+        println!("The system keeps running. In another terminal:\n");
+        println!("  export DATABASE_URL={url}");
+        println!("  highwater consumer top");
+        println!("  highwater events append --stream-type order --stream-id 7 --type OrderPlaced \\");
+        println!("      --payload '{{\"order_id\": \"7\", \"total\": 12.5}}'");
+        for (i, p) in ports.iter().enumerate() {
+            println!("  curl http://127.0.0.1:{p}/metrics     # quickstart-{i}");
+        }
+        println!("\nCtrl-C stops everything and removes the database.");
+        interrupted.cancelled().await;
+    }
 
     println!("stopping dispatchers (SIGTERM) ...");
     for c in &mut children {
@@ -158,17 +177,20 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     summary(&pool, logs.path(), written, a.instances).await
 }
 
-fn spawn_dispatcher(exe: &Path, url: &str, instance: &str, logs: &Path) -> Result<Child> {
+fn spawn_dispatcher(exe: &Path, url: &str, instance: &str, logs: &Path) -> Result<(Child, u16)> {
     let out = std::fs::File::create(logs.join(format!("{instance}.out"))).map_err(Error::io("log file"))?;
     let err = std::fs::File::create(logs.join(format!("{instance}.err"))).map_err(Error::io("log file"))?;
+    let port = crate::embedded::free_port()?;
+    let listen = format!("127.0.0.1:{port}");
     Command::new(exe)
-        .args(["dispatch", "--instance-id", instance])
+        .args(["dispatch", "--instance-id", instance, "--listen", &listen])
         .env("DATABASE_URL", url)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .kill_on_drop(true)
         .spawn()
+        .map(|c| (c, port))
         .map_err(Error::io("starting a dispatcher"))
 }
 

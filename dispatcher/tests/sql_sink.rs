@@ -49,7 +49,7 @@ async fn tenant_and_role_confine_the_statement() {
 
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "s0", logs.path());
-    wait_count(&db.pool, "SELECT count(*) FROM highwater.dead_letters", 3, Duration::from_secs(30)).await;
+    wait_count(&db.pool, "SELECT count(*) FROM highwater.dead_letters", 4, Duration::from_secs(30)).await;
 
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT tenant, event_id FROM notes").fetch_all(&db.pool).await.unwrap();
@@ -61,8 +61,12 @@ async fn tenant_and_role_confine_the_statement() {
             .unwrap();
     assert_eq!((parked[0].0.as_str(), parked[0].1), ("nosy", own_id));
     assert!(parked[0].2.contains("permission denied for table secrets"), "{parked:?}");
+    assert_eq!((parked[1].0.as_str(), parked[1].1), ("nosy", other_id));
     assert_eq!((parked[2].0.as_str(), parked[2].1), ("notes", other_id));
     assert!(parked[2].2.contains("row-level security"), "{parked:?}");
+    // The follow-up event has no tenant in its payload: the policy refuses its note too.
+    assert_eq!(parked.len(), 4, "{parked:?}");
+    assert_eq!(parked[3].0, "notes");
 
     // The follow-up event carries the tenant, correlation and causation of its cause.
     let (tenant, meta): (Option<String>, serde_json::Value) =

@@ -8,6 +8,15 @@ use crate::{Error, Result, definitions, ops};
 
 #[derive(Subcommand, Debug)]
 pub enum ConsumerCmd {
+    /// A live view of every consumer and shard: status, lag, delivery rate (Ctrl-C quits).
+    Top {
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
+        /// Stop after this many screens (default: until Ctrl-C).
+        #[arg(long)]
+        iterations: Option<u64>,
+    },
     /// Create or update consumers from EventConsumer YAML (a file or a directory).
     Apply {
         #[arg(short = 'f', long = "filename")]
@@ -101,6 +110,10 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
                 };
                 println!("eventconsumer/{name} {word}");
             }
+        }
+        ConsumerCmd::Top { interval, iterations } => {
+            let opts = ops::top::TopOptions { interval, iterations };
+            ops::top::run(pool, opts, super::shutdown_signal()).await?;
         }
         ConsumerCmd::List { output } => print_status(&ops::status(pool, None).await?, output)?,
         ConsumerCmd::Status { name, output } => {

@@ -89,6 +89,16 @@ pub struct DispatchArgs {
     /// How long to keep retrying an unreachable database at start.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// Address of the HTTP server (/metrics, /healthz, /readyz, SSE streams); `off` for none.
+    #[arg(long, env = "HIGHWATER_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: String,
+    /// How often lag, status and fence age are refreshed for /metrics.
+    #[arg(long, env = "HIGHWATER_METRICS_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub metrics_interval: Duration,
+    /// File of bearer tokens (one per line) that SSE clients may present. Tokens may also come
+    /// from HIGHWATER_SSE_TOKENS (comma-separated), kept out of the command line.
+    #[arg(long, env = "HIGHWATER_SSE_TOKENS_FILE")]
+    pub sse_tokens_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -175,6 +185,17 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.poll_interval = a.poll_interval;
             cfg.idle_poll_interval = a.idle_poll_interval;
             cfg.shutdown_grace = a.shutdown_grace;
+            cfg.metrics_interval = a.metrics_interval;
+            cfg.listen = match a.listen.as_str() {
+                "off" | "" => None,
+                addr => Some(addr.parse().map_err(|e| {
+                    Error::Config(format!("--listen {addr:?} is not an address like 0.0.0.0:8080 ({e})"))
+                })?),
+            };
+            cfg.sse_tokens = crate::sse::Tokens::load(
+                std::env::var("HIGHWATER_SSE_TOKENS").ok().as_deref(),
+                a.sse_tokens_file.as_deref(),
+            )?;
             dispatch::run(pool, cfg, shutdown).await?;
         }
         Command::Consumer(c) => {

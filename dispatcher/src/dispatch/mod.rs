@@ -1,17 +1,24 @@
 //! The delivery loop: one process runs every consumer of its group, one task per shard.
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
 use highwater_crds::{Delivery, SHARED_INSTANCE};
 use sqlx::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, definitions, shards, sink};
+use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
 
+mod observe;
 pub mod pass;
 mod wakeup;
 mod worker;
 
+pub use observe::fence_age;
 pub use wakeup::{Head, read_head};
 
 #[derive(Clone, Debug)]
@@ -27,6 +34,12 @@ pub struct DispatchConfig {
     pub heartbeat_interval: Duration,
     /// How long SIGTERM waits for passes in flight before abandoning them.
     pub shutdown_grace: Duration,
+    /// Where `/metrics`, `/healthz`, `/readyz` and the SSE streams are served; `None`: nowhere.
+    pub listen: Option<SocketAddr>,
+    /// Refresh of the lag, status and fence-age gauges.
+    pub metrics_interval: Duration,
+    /// Bearer tokens SSE clients must present.
+    pub sse_tokens: sse::Tokens,
 }
 
 impl DispatchConfig {
@@ -39,7 +52,16 @@ impl DispatchConfig {
             refresh_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            listen: None,
+            metrics_interval: Duration::from_secs(5),
+            sse_tokens: sse::Tokens::default(),
         }
+    }
+}
+
+impl std::fmt::Debug for sse::Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tokens(<redacted>)")
     }
 }
 
@@ -47,6 +69,19 @@ struct Running {
     spec: highwater_crds::ConsumerSpec,
     stop: CancellationToken,
     handle: JoinHandle<()>,
+}
+
+/// What every reconcile and every worker shares.
+struct Env {
+    pool: PgPool,
+    cfg: DispatchConfig,
+    head_rx: watch::Receiver<wakeup::Head>,
+    nudge_tx: watch::Sender<u64>,
+    /// Halted (dead, disabled) shards look again at every refresh, in case they were changed
+    /// without a notification (by hand in SQL, say).
+    refresh_tx: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+    hub: Arc<sse::Hub>,
 }
 
 /// Runs until `shutdown` is cancelled, then waits up to `shutdown_grace` for passes in flight.
@@ -59,15 +94,33 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         control: watch::channel(0).0,
         listening: watch::channel(false).0,
     });
-    let (nudge_tx, _) = watch::channel(0u64);
-    // Halted (dead, disabled) shards look again at every refresh, in case they were changed
-    // without a notification (by hand in SQL, say).
-    let (refresh_tx, _) = watch::channel(0u64);
+    let env = Env {
+        pool: pool.clone(),
+        head_rx,
+        nudge_tx: watch::channel(0u64).0,
+        refresh_tx: watch::channel(0u64).0,
+        metrics: Arc::new(Metrics::new()),
+        hub: Arc::new(sse::Hub::default()),
+        cfg,
+    };
+    let cfg = &env.cfg;
     let bg = CancellationToken::new();
-    let mut running: HashMap<String, Running> = HashMap::new();
+    let ready = Arc::new(AtomicBool::new(false));
 
+    // Serve health (not ready yet) from the start, so a probe sees the process come up.
+    if let Some(addr) = cfg.listen {
+        let listener = http::bind(addr).await?;
+        tracing::info!(address = %listener.local_addr().map_err(Error::io("listener address"))?, "serving /metrics, /healthz, /readyz, /v1/consumers/{{name}}/events");
+        let health = http::Health { pool: pool.clone(), ready: ready.clone() };
+        let sse_state = sse::SseState { hub: env.hub.clone(), tokens: cfg.sse_tokens.clone(), pool: pool.clone() };
+        tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, bg.clone()));
+    }
+
+    let mut running: HashMap<String, Running> = HashMap::new();
     // Every shard is registered before the first pass (and before the wake-up tasks start).
-    reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, true).await?;
+    reconcile(&env, &mut running, true).await?;
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    env.metrics.ready.set(1);
     tracing::info!(group = %cfg.group, instance = %cfg.instance_id, consumers = running.len(), "dispatcher started");
 
     let mut control_rx = signals.control.subscribe();
@@ -80,6 +133,14 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         cfg.idle_poll_interval,
         bg.clone(),
     ));
+    tokio::spawn(observe::run(
+        pool.clone(),
+        env.metrics.clone(),
+        cfg.group.clone(),
+        cfg.instance_id.clone(),
+        cfg.metrics_interval,
+        bg.clone(),
+    ));
 
     let mut refresh = tokio::time::interval(cfg.refresh_interval);
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_interval);
@@ -87,16 +148,16 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = control_rx.changed() => {
-                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, false).await {
+                if let Err(e) = reconcile(&env, &mut running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
-                nudge_tx.send_modify(|g| *g += 1);
+                env.nudge_tx.send_modify(|g| *g += 1);
             }
             _ = refresh.tick() => {
-                if let Err(e) = reconcile(&pool, &cfg, &mut running, &head_rx, &nudge_tx, &refresh_tx, false).await {
+                if let Err(e) = reconcile(&env, &mut running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
-                refresh_tx.send_modify(|g| *g += 1);
+                env.refresh_tx.send_modify(|g| *g += 1);
             }
             _ = heartbeat.tick() => {
                 if let Err(e) = shards::heartbeat(&pool, &cfg.instance_id).await {
@@ -107,7 +168,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     }
 
     tracing::info!("shutting down: finishing passes in flight");
-    bg.cancel();
+    ready.store(false, std::sync::atomic::Ordering::Relaxed);
     for r in running.values() {
         r.stop.cancel();
     }
@@ -115,48 +176,45 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     if tokio::time::timeout(cfg.shutdown_grace, all).await.is_err() {
         tracing::warn!(grace = ?cfg.shutdown_grace, "passes still running at the deadline were abandoned; their events will be delivered again");
     }
+    bg.cancel();
     Ok(())
 }
 
 /// Brings the running workers in line with the group's definitions.
-async fn reconcile(
-    pool: &PgPool,
-    cfg: &DispatchConfig,
-    running: &mut HashMap<String, Running>,
-    head_rx: &watch::Receiver<wakeup::Head>,
-    nudge_tx: &watch::Sender<u64>,
-    refresh_tx: &watch::Sender<u64>,
-    startup: bool,
-) -> Result<()> {
+async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: bool) -> Result<()> {
+    let (pool, cfg) = (&env.pool, &env.cfg);
     let defs = definitions::load_group(pool, &cfg.group).await?;
     let mut conn = pool.acquire().await?;
     for d in &defs {
-        let instance = match d.spec.delivery {
-            Delivery::Shared => SHARED_INSTANCE,
-            Delivery::PerInstance => cfg.instance_id.as_str(),
-        };
-        shards::register(&mut conn, &d.name, instance, None).await?;
+        shards::register(&mut conn, &d.name, shard_instance(cfg, d), None).await?;
     }
     drop(conn);
     if startup {
         check_cursors(pool, &cfg.group, &cfg.instance_id).await?;
     }
     let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
+    let mut gone = Vec::new();
     running.retain(|name, r| {
         let keep = wanted.get(name.as_str()).is_some_and(|d| d.spec == r.spec);
         if !keep {
             // The worker finishes its pass; the advisory lock keeps a successor off the shard
             // until then.
             r.stop.cancel();
+            if !wanted.contains_key(name.as_str()) {
+                gone.push(name.clone());
+            }
         }
         keep
     });
+    for name in gone {
+        env.hub.remove(&name).await;
+    }
     for d in defs {
         if running.contains_key(&d.name) {
             continue;
         }
         // One consumer that cannot run must not stop the others: its cursor waits, nothing lost.
-        let ctx = match shard_ctx(pool, cfg, &d) {
+        let ctx = match shard_ctx(env, &d).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(consumer = %d.name, error = %e, "cannot run consumer; its events wait");
@@ -166,8 +224,8 @@ async fn reconcile(
         let stop = CancellationToken::new();
         let handle = tokio::spawn(worker::run(
             Arc::new(ctx),
-            head_rx.clone(),
-            worker::Wakeups { nudge: nudge_tx.subscribe(), refresh: refresh_tx.subscribe() },
+            env.head_rx.clone(),
+            worker::Wakeups { nudge: env.nudge_tx.subscribe(), refresh: env.refresh_tx.subscribe() },
             stop.clone(),
             cfg.poll_interval,
         ));
@@ -176,19 +234,32 @@ async fn reconcile(
     Ok(())
 }
 
-fn shard_ctx(pool: &PgPool, cfg: &DispatchConfig, d: &definitions::Definition) -> Result<pass::ShardCtx> {
+fn shard_instance<'a>(cfg: &'a DispatchConfig, d: &definitions::Definition) -> &'a str {
+    match d.spec.delivery {
+        Delivery::Shared => SHARED_INSTANCE,
+        Delivery::PerInstance => cfg.instance_id.as_str(),
+    }
+}
+
+async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::ShardCtx> {
     let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::Config(format!("backoff {s:?}: {e}")));
+    let sink = match &d.spec.sink.sse {
+        Some(s) => {
+            // A whole batch is handed over at once: a smaller buffer would drop every client.
+            let buffer = s.buffer.map_or(sse::DEFAULT_BUFFER, |b| b as usize).max(d.spec.batch_size as usize);
+            env.hub.sink(&d.name, &d.spec.event_types, buffer).await
+        }
+        None => sink::build(&d.spec)?,
+    };
     Ok(pass::ShardCtx {
-        pool: pool.clone(),
+        pool: env.pool.clone(),
         consumer: d.name.clone(),
-        instance_id: match d.spec.delivery {
-            Delivery::Shared => SHARED_INSTANCE.to_owned(),
-            Delivery::PerInstance => cfg.instance_id.clone(),
-        },
+        instance_id: shard_instance(&env.cfg, d).to_owned(),
         backoff_initial: parse(&d.spec.backoff.initial)?,
         backoff_max: parse(&d.spec.backoff.max)?,
         spec: d.spec.clone(),
-        sink: sink::build(&d.spec)?,
+        sink,
+        metrics: env.metrics.clone(),
     })
 }
 

@@ -1,5 +1,8 @@
 //! One pass over one shard: claim, read below the fence, deliver, move the cursor.
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use highwater_crds::{ConsumerSpec, ErrorMode};
@@ -7,6 +10,7 @@ use sqlx::{Connection, PgPool};
 
 use crate::{
     Error, Position, Result,
+    metrics::{Metrics, ShardLabels},
     shards::{self, Failure, FailureOutcome, Shard},
     sink::{DeliveryContext, Sink, SinkError},
 };
@@ -20,6 +24,36 @@ pub struct ShardCtx {
     pub sink: Arc<dyn Sink>,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    pub metrics: Arc<Metrics>,
+}
+
+impl ShardCtx {
+    fn labels(&self) -> ShardLabels {
+        ShardLabels::new(&self.consumer, &self.instance_id)
+    }
+
+    /// Counts events whose delivery is committed (cursor moved) and observes their latency.
+    fn acknowledged(&self, events: &[crate::Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let l = self.labels();
+        self.metrics.processed.get_or_create(&l).inc_by(events.len() as u64);
+        let now = chrono::Utc::now();
+        let h = self.metrics.delivery_latency.get_or_create(&l);
+        for e in events {
+            h.observe((now - e.created_at).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6);
+        }
+    }
+
+    fn handler_took(&self, started: Instant) {
+        self.metrics.handler_duration.get_or_create(&self.labels()).observe(started.elapsed().as_secs_f64());
+    }
+
+    fn failed(&self, f: &Failure, events: &[crate::Event]) {
+        self.metrics.failed.get_or_create(&self.labels()).inc();
+        self.acknowledged(&events[..f.delivered as usize]);
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -36,6 +70,9 @@ pub enum Outcome {
     Busy,
     /// The shard changed under the pass (an operator's change or a deletion); nothing was applied.
     Changed,
+    /// The shard row is gone (consumer deleted, `consumer gc`); the next reload registers it
+    /// again or stops this worker.
+    Missing,
 }
 
 /// Delay before attempt `attempts + 1`: exponential from `initial`, capped at `max`, with jitter.
@@ -62,7 +99,7 @@ pub async fn run(ctx: &ShardCtx) -> Result<Outcome> {
 
 async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
     let Some(shard) = shards::load(conn, &ctx.consumer, &ctx.instance_id).await? else {
-        return Ok(Outcome::Changed);
+        return Ok(Outcome::Missing);
     };
     if !shard.status.delivers() {
         return Ok(Outcome::Halted { cursor: shard.cursor });
@@ -102,10 +139,14 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
 
     if ctx.sink.transactional() {
         let mut tx = conn.begin().await?;
-        match deliver(ctx, Some(&mut tx), events).await {
+        let started = Instant::now();
+        let res = deliver(ctx, Some(&mut tx), events).await;
+        ctx.handler_took(started);
+        match res {
             Ok(()) => {
                 if shards::advance(&mut tx, &shard, shard.cursor, end, n).await? {
                     tx.commit().await?;
+                    ctx.acknowledged(events);
                     return Ok(Outcome::Delivered { cursor: end, more: full });
                 }
                 tx.rollback().await?;
@@ -145,15 +186,20 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
                     return Ok(Outcome::Changed);
                 }
                 tx.commit().await?;
+                ctx.failed(&failure, events);
                 return Ok(after_failure(&failure));
             }
         }
     }
 
     // External sink: no transaction is open while it works.
-    match deliver(ctx, None, events).await {
+    let started = Instant::now();
+    let res = deliver(ctx, None, events).await;
+    ctx.handler_took(started);
+    match res {
         Ok(()) => {
             if shards::advance(conn, &shard, shard.cursor, end, n).await? {
+                ctx.acknowledged(events);
                 Ok(Outcome::Delivered { cursor: end, more: full })
             } else {
                 Ok(Outcome::Changed)
@@ -162,6 +208,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         Err(err) => {
             let failure = failure(ctx, &shard, events, err.index.min(events.len() - 1), err.message);
             if shards::record_failure(conn, &shard, shard.cursor, &failure).await? {
+                ctx.failed(&failure, events);
                 Ok(after_failure(&failure))
             } else {
                 Ok(Outcome::Changed)

@@ -68,6 +68,10 @@ pub async fn run(
                         }
                         // Another process has it; look again later in case it dies.
                         Outcome::Busy => retry_at = Some(Instant::now() + poll * 10),
+                        Outcome::Missing => {
+                            known = None;
+                            retry_at = Some(Instant::now() + Duration::from_secs(2));
+                        }
                         Outcome::Changed => {
                             known = None;
                             retry_at = Some(Instant::now() + poll);

@@ -3,9 +3,10 @@ mod gc;
 mod rewind;
 mod scope;
 mod status;
+pub mod top;
 mod transitions;
 
 pub use gc::{Collected, GcOptions, GcReport, MIN_STALE_AFTER, gc};
 pub use rewind::{RewindTo, rewind};
-pub use status::{ShardStatus, render_table, status};
+pub use status::{Filter, ShardStatus, render_table, status, status_where};
 pub use transitions::{Action, Transition, disable, enable, restart, skip};

@@ -28,7 +28,21 @@ pub struct ShardStatus {
     pub delivered_count: i64,
 }
 
+/// Which shards to report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter<'a> {
+    pub consumer: Option<&'a str>,
+    /// The shards a dispatcher of this group and instance runs: the group's shared shards and
+    /// its own per-instance ones.
+    pub dispatcher: Option<(&'a str, &'a str)>,
+}
+
 pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardStatus>> {
+    status_where(pool, Filter { consumer, dispatcher: None }).await
+}
+
+pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatus>> {
+    let (group, instance) = f.dispatcher.unzip();
     // `tx_id >= cursor_tx` is the index condition; the row comparison then refines it.
     Ok(sqlx::query_as(
         "SELECT s.consumer, s.instance_id, c.delivery, c.consumer_group AS \"group\", s.status,
@@ -44,10 +58,13 @@ pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardSt
                   FROM highwater.events e
                  WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
                    AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))) l ON true
-          WHERE $1::text IS NULL OR s.consumer = $1
+          WHERE ($1::text IS NULL OR s.consumer = $1)
+            AND ($2::text IS NULL OR (c.consumer_group = $2 AND s.instance_id IN ($3, '__shared__')))
           ORDER BY s.consumer, s.instance_id",
     )
-    .bind(consumer)
+    .bind(f.consumer)
+    .bind(group)
+    .bind(instance)
     .fetch_all(pool)
     .await?)
 }

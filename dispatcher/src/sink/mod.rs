@@ -50,19 +50,9 @@ pub fn idempotency_key(consumer: &str, event_id: i64) -> String {
     format!("{consumer}:{event_id}")
 }
 
-/// Refuses sinks this version cannot run, without building anything (no file is opened).
-pub fn check_available(spec: &ConsumerSpec) -> Result<()> {
-    if spec.sink.sse.is_some() {
-        return Err(Error::Refused(
-            "the sse sink is not available in this version of highwater; use sql or log".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Builds the sink a spec declares.
+/// Builds the sink a spec declares. The `sse` sink is not built here: it needs the dispatcher's
+/// HTTP server (see `crate::sse::Hub::sink`).
 pub fn build(spec: &ConsumerSpec) -> Result<Arc<dyn Sink>> {
-    check_available(spec)?;
     if let Some(s) = &spec.sink.sql {
         return Ok(Arc::new(SqlSink::new(s)?));
     }

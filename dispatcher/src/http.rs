@@ -1,0 +1,76 @@
+//! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz` and the SSE streams.
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Result, metrics::Metrics, sse};
+
+#[derive(Clone)]
+pub struct Health {
+    pub pool: PgPool,
+    /// Set once migrations are checked and every shard is registered.
+    pub ready: Arc<AtomicBool>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Health,
+}
+
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        Error::Config(format!(
+            "cannot listen on {addr} for metrics, health and SSE: {e}\n  fix: pass another --listen / HIGHWATER_LISTEN"
+        ))
+    })
+}
+
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    health: Health,
+    sse: sse::SseState,
+    stop: CancellationToken,
+) {
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready_handler))
+        .with_state(AppState { metrics, health })
+        .merge(Router::new().route("/v1/consumers/{name}/events", get(sse::stream_handler)).with_state(sse));
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
+        tracing::error!(error = %e, "HTTP server failed");
+    }
+}
+
+async fn metrics_handler(State(st): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], st.metrics.encode())
+}
+
+async fn ready_handler(State(st): State<AppState>) -> impl IntoResponse {
+    if !st.health.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: starting (shards not registered yet)\n".to_owned());
+    }
+    let probe = tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&st.health.pool)).await;
+    match probe {
+        Ok(Ok(_)) => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: database: {e}\n")),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not ready: database did not answer within 2s\n".to_owned()),
+    }
+}

@@ -1,0 +1,153 @@
+//! The dispatcher's Prometheus metrics. Labels stay bounded: consumer and instance names and the
+//! four shard statuses, never event ids or error text.
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    pub consumer: String,
+    pub instance_id: String,
+}
+
+impl ShardLabels {
+    pub fn new(consumer: &str, instance_id: &str) -> Self {
+        ShardLabels { consumer: consumer.to_owned(), instance_id: instance_id.to_owned() }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub consumer: String,
+    pub instance_id: String,
+    pub status: String,
+}
+
+type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~65 s
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub lag_events: Family<ShardLabels, Gauge>,
+    pub lag_seconds: Family<ShardLabels, Gauge<f64, AtomicU64>>,
+    pub processed: Family<ShardLabels, Counter>,
+    pub failed: Family<ShardLabels, Counter>,
+    pub delivery_latency: HistogramFamily,
+    pub handler_duration: HistogramFamily,
+    pub shard_status: Family<StatusLabels, Gauge>,
+    pub attempts: Family<ShardLabels, Gauge>,
+    pub fence_age: Gauge<f64, AtomicU64>,
+    pub ready: Gauge,
+}
+
+pub const STATUSES: [&str; 4] = ["idle", "processing", "dead", "disabled"];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("highwater");
+        let m = Metrics {
+            lag_events: Family::default(),
+            lag_seconds: Family::default(),
+            processed: Family::default(),
+            failed: Family::default(),
+            delivery_latency: Family::new_with_constructor(latency_histogram),
+            handler_duration: Family::new_with_constructor(latency_histogram),
+            shard_status: Family::default(),
+            attempts: Family::default(),
+            fence_age: Gauge::default(),
+            ready: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "consumer_lag_events",
+            "Committed events of the consumer's types after the shard's cursor",
+            m.lag_events.clone(),
+        );
+        registry.register(
+            "consumer_lag_seconds",
+            "Age of the oldest committed event the shard has not delivered (0 when caught up)",
+            m.lag_seconds.clone(),
+        );
+        registry.register("events_processed", "Events delivered and acknowledged by the sink", m.processed.clone());
+        registry.register(
+            "events_failed",
+            "Failed delivery attempts (one per failing event per attempt)",
+            m.failed.clone(),
+        );
+        registry.register(
+            "delivery_latency_seconds",
+            "From the event's insert to the sink's acknowledgement",
+            m.delivery_latency.clone(),
+        );
+        registry.register("handler_duration_seconds", "Time the sink took per batch", m.handler_duration.clone());
+        registry.register(
+            "shard_status",
+            "1 for the shard's current status (idle, processing, dead, disabled), 0 for the others",
+            m.shard_status.clone(),
+        );
+        registry.register("shard_attempts", "Failed attempts on the shard's current failing event", m.attempts.clone());
+        registry.register(
+            "fence_age_seconds",
+            "Age of the oldest transaction holding a transaction id: it holds the delivery fence back",
+            m.fence_age.clone(),
+        );
+        registry.register(
+            "ready",
+            "1 when the dispatcher is ready (database reachable, shards registered)",
+            m.ready.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    pub fn set_status(&self, consumer: &str, instance_id: &str, status: &str) {
+        for s in STATUSES {
+            let labels = StatusLabels {
+                consumer: consumer.to_owned(),
+                instance_id: instance_id.to_owned(),
+                status: s.to_owned(),
+            };
+            self.shard_status.get_or_create(&labels).set(i64::from(s == status));
+        }
+    }
+
+    /// Drops the series of a shard this process no longer runs.
+    pub fn forget(&self, consumer: &str, instance_id: &str) {
+        let l = ShardLabels::new(consumer, instance_id);
+        self.lag_events.remove(&l);
+        self.lag_seconds.remove(&l);
+        self.attempts.remove(&l);
+        for s in STATUSES {
+            self.shard_status.remove(&StatusLabels {
+                consumer: consumer.to_owned(),
+                instance_id: instance_id.to_owned(),
+                status: s.to_owned(),
+            });
+        }
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}
