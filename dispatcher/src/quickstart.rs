@@ -144,6 +144,11 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     } else {
         writer.abort();
     }
+    // Checked before --keep hands the system over to the person trying it.
+    let checked = match &outcome {
+        Ok(()) => Some(summary(&pool, logs.path(), written, a.instances).await),
+        Err(_) => None,
+    };
     if a.keep && outcome.is_ok() {
         println!("The system keeps running. In another terminal:\n");
         println!("  export DATABASE_URL={url}");
@@ -174,7 +179,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
         }
     }
     outcome?;
-    summary(&pool, logs.path(), written, a.instances).await
+    checked.expect("checked when the outcome is Ok")
 }
 
 fn spawn_dispatcher(exe: &Path, url: &str, instance: &str, logs: &Path) -> Result<(Child, u16)> {
