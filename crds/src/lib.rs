@@ -2,10 +2,14 @@
 //! the dispatcher, and (later) the `EventConsumer` custom resource of the operator.
 #![forbid(unsafe_code)]
 
+mod crd;
 mod spec;
+mod status;
 mod validate;
 
+pub use crd::crd_yaml;
 pub use spec::*;
+pub use status::*;
 pub use validate::{MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, SpecError, validate_consumer_name};
 
 /// API group and version of the `EventConsumer` resource; YAML files use the same header.

@@ -1,27 +1,57 @@
 use std::collections::BTreeMap;
 
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::status::EventConsumerStatus;
+
 /// What an `EventConsumer` declares. Field names are the YAML/Kubernetes names (camelCase).
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+/// The same document works with `kubectl apply` (the operator) and `highwater consumer apply`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "highwater.dev",
+    version = "v1alpha1",
+    kind = "EventConsumer",
+    namespaced,
+    shortname = "ec",
+    status = "EventConsumerStatus",
+    doc = "A consumer of highwater events: its delivery mode, retries, filter and sink.",
+    printcolumn(name = "Delivery", type_ = "string", json_path = ".spec.delivery"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')")
+        .message("metadata.name must be a DNS-1123 label (1-63 lowercase letters, digits and '-')")
+)]
+#[x_kube(
+    validation = Rule::new("!has(self.sink.sse) || self.delivery == 'PerInstance'")
+        .message("sink.sse needs delivery: PerInstance (SSE clients are attached to one dispatcher instance)"),
+    validation = Rule::new("has(self.consumerName) == has(oldSelf.consumerName) && (!has(self.consumerName) || self.consumerName == oldSelf.consumerName)")
+        .message("consumerName is immutable: the consumer's cursors belong to its name; create a new resource instead")
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConsumerSpec {
     /// Name of the consumer in the database; defaults to the resource name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"))]
     pub consumer_name: Option<String>,
     /// `Shared`: exactly one dispatcher delivers each event. `PerInstance`: every dispatcher
     /// instance delivers every event (process-local effects such as SSE).
+    #[x_kube(validation = Rule::new("self == oldSelf").message("delivery is immutable: its cursors belong to the mode; create a new consumer instead"))]
     pub delivery: Delivery,
     /// Dispatcher group that runs this consumer (`highwater dispatch --group`).
     #[serde(default = "default_group")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"))]
     pub group: String,
     /// Attempts per event before the shard goes `dead` (or, with `errorMode: skip`, before the
     /// event is parked in the dead-letter table).
     #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 1000))]
     pub max_attempts: u32,
     /// Events read and delivered per pass.
     #[serde(default = "default_batch_size")]
+    #[schemars(range(min = 1, max = 10000))]
     pub batch_size: u32,
     /// Event types delivered; empty means all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -41,6 +71,17 @@ pub struct ConsumerSpec {
     pub suspend: bool,
     /// Where events go. Exactly one sink.
     pub sink: SinkSpec,
+    /// What deleting the resource does: `Delete` removes the consumer and its cursors, `Retain`
+    /// keeps them, disabled. Only the operator reads it.
+    #[serde(default)]
+    pub deletion_policy: DeletionPolicy,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DeletionPolicy {
+    #[default]
+    Delete,
+    Retain,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +149,9 @@ impl Default for Backoff {
 }
 
 /// One of the sinks; set exactly one field.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new("[has(self.sql), has(self.log), has(self.sse), has(self.webhook)].filter(x, x).size() == 1")
+    .message("set exactly one sink: sql, log, sse or webhook"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,42 @@
+//! The CustomResourceDefinition as YAML: printed by `highwater-operator crd`, committed as
+//! `crds/eventconsumer.yaml`, and checked against the types by a test.
+use kube::CustomResourceExt;
+
+use crate::EventConsumer;
+
+pub fn crd_yaml() -> String {
+    let header = "# Generated from the Rust types in crds/src by `highwater-operator crd`; do not edit.\n";
+    format!("{header}{}", serde_yaml::to_string(&EventConsumer::crd()).expect("the CRD serializes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regenerate with `cargo run -p highwater-operator -- crd > crds/eventconsumer.yaml`.
+    #[test]
+    fn committed_crd_matches_the_types() {
+        let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/eventconsumer.yaml"))
+            .expect("crds/eventconsumer.yaml exists");
+        assert!(
+            committed == crd_yaml(),
+            "crds/eventconsumer.yaml is stale: run `cargo run -p highwater-operator -- crd > crds/eventconsumer.yaml`"
+        );
+    }
+
+    #[test]
+    fn the_crd_carries_the_cel_rules_and_columns() {
+        let y = crd_yaml();
+        for needle in [
+            "x-kubernetes-validations",
+            "set exactly one sink",
+            "sink.sse needs delivery: PerInstance",
+            "delivery is immutable",
+            "consumerName is immutable",
+            "shortNames:\n    - ec",
+            "jsonPath: .status.totalLag",
+        ] {
+            assert!(y.contains(needle), "missing {needle:?}");
+        }
+    }
+}
