@@ -22,6 +22,12 @@ pub struct EventConsumerStatus {
     pub shards: Vec<ShardState>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The last `highwater.dev/restart` annotation value acted on (each new value restarts once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_restart: Option<String>,
+    /// The last `highwater.dev/skip-event` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_skip: Option<String>,
 }
 
 /// One cursor row.

@@ -34,6 +34,10 @@ struct Metadata {
     annotations: BTreeMap<String, String>,
 }
 
+/// Prefix of the `source` of definitions that come from `EventConsumer` resources:
+/// `kubernetes:<namespace>/<name>`.
+pub const KUBERNETES_SOURCE: &str = "kubernetes:";
+
 /// A validated consumer definition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Definition {
@@ -116,12 +120,23 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
     let mut tx = pool.begin().await?;
     let mut out = Vec::new();
     for d in defs {
-        let existing: Option<(String, Json<ConsumerSpec>, bool)> =
-            sqlx::query_as("SELECT delivery, spec, suspended FROM highwater.consumers WHERE name = $1 FOR UPDATE")
-                .bind(&d.name)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if let Some((delivery, _, _)) = &existing
+        let existing: Option<(String, Json<ConsumerSpec>, bool, String)> = sqlx::query_as(
+            "SELECT delivery, spec, suspended, source FROM highwater.consumers WHERE name = $1 FOR UPDATE",
+        )
+        .bind(&d.name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((_, _, _, owner)) = &existing
+            && owner != &d.source
+            && (owner.starts_with(KUBERNETES_SOURCE) || d.source.starts_with(KUBERNETES_SOURCE))
+        {
+            return Err(Error::Conflict(format!(
+                "consumer {:?} is already declared by {owner}; {} cannot claim it too\n  fix: give one \
+                 of them another consumerName (or metadata.name), or delete the other declaration",
+                d.name, d.source
+            )));
+        }
+        if let Some((delivery, _, _, _)) = &existing
             && delivery != d.spec.delivery.as_str()
         {
             return Err(Error::Refused(format!(
@@ -135,14 +150,15 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         }
         let outcome = match &existing {
             None => Applied::Created,
-            Some((_, old, _)) if old.0 == d.spec => Applied::Unchanged,
+            Some((_, old, _, _)) if old.0 == d.spec => Applied::Unchanged,
             Some(_) => Applied::Updated,
         };
         if outcome != Applied::Unchanged {
             upsert(&mut tx, d).await?;
         }
+        let mut registered = false;
         if d.spec.delivery == Delivery::Shared {
-            shards::register(&mut tx, &d.name, SHARED_INSTANCE, None).await?;
+            registered |= shards::register(&mut tx, &d.name, SHARED_INSTANCE, None).await?;
         }
         let was_suspended = existing.as_ref().is_some_and(|e| e.2);
         if d.spec.suspend != was_suspended {
@@ -156,7 +172,10 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(&d.name).execute(&mut *tx).await?;
+        // Only real changes wake the dispatchers: the operator re-applies unchanged specs often.
+        if outcome != Applied::Unchanged || registered || d.spec.suspend != was_suspended {
+            sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(&d.name).execute(&mut *tx).await?;
+        }
         out.push((d.name.clone(), outcome));
     }
     tx.commit().await?;

@@ -29,6 +29,9 @@ pub enum Error {
     Definition { origin: String, problem: String },
     #[error("{0}")]
     Refused(String),
+    /// Two declarations claim one consumer name.
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Config(String),
     #[error(transparent)]

@@ -91,6 +91,25 @@ pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, p
 }
 
 // `retry_in_ms` is computed by the database, whose clock also set `next_attempt_at`.
+/// Registers the shard of a dispatcher pod for the operator, recording the pod's uid so that the
+/// shard is removed when that pod is gone. A shard the dispatcher registered first (without a
+/// uid), or one left by an earlier pod of the same name, is adopted by this pod.
+pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str, pod_uid: &str) -> Result<bool> {
+    if register(conn, consumer, pod, Some(pod_uid)).await? {
+        return Ok(true);
+    }
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET pod_uid = $3, updated_at = now()
+          WHERE consumer = $1 AND instance_id = $2 AND pod_uid IS DISTINCT FROM $3",
+    )
+    .bind(consumer)
+    .bind(pod)
+    .bind(pod_uid)
+    .execute(conn)
+    .await?;
+    Ok(false)
+}
+
 const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx::text AS cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
      (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms";

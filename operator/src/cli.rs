@@ -1,11 +1,24 @@
-//! `highwater-operator`: `run` (the default) and `crd`.
-use clap::{Parser, Subcommand};
+//! `highwater-operator` (`run` by default) and `highwater-operator crd`.
+use std::{
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
+
+use clap::{Args, Parser, Subcommand};
+use highwater_crds::EventConsumer;
+use kube::{Api, Client, api::ListParams};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::{context, controller, http, leader, metrics::Metrics, pods};
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater-operator", version, about = "Kubernetes operator for highwater EventConsumers")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -14,10 +27,139 @@ pub enum Command {
     Crd,
 }
 
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// PostgreSQL URL of the highwater database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "HIGHWATER_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Label naming a dispatcher pod's group.
+    #[arg(long, default_value = context::GROUP_LABEL)]
+    pub group_label: String,
+    /// Apply the schema migrations at start (otherwise only check them).
+    #[arg(long, env = "HIGHWATER_MIGRATE")]
+    pub migrate: bool,
+    /// HTTP server for /metrics, /healthz, /readyz.
+    #[arg(long, env = "HIGHWATER_OPERATOR_LISTEN", default_value = "0.0.0.0:8081")]
+    pub listen: String,
+    /// Take part in leader election on a Lease (disable only when a single replica runs).
+    #[arg(long, env = "HIGHWATER_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    #[arg(long, env = "HIGHWATER_LEASE_NAME", default_value = "highwater-operator")]
+    pub lease_name: String,
+    /// Namespace of the Lease (the operator's own, via the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// This replica's identity (the pod name, via the downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub status_interval: Duration,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub gc_interval: Duration,
+    /// Concurrent reconciles; keep it below the database pool size.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u16,
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Duration,
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Some(Command::Crd) => print!("{}", highwater_crds::crd_yaml()),
-        None => anyhow::bail!("not implemented yet"),
+        Some(Command::Crd) => {
+            print!("{}", highwater_crds::crd_yaml());
+            Ok(())
+        }
+        None => operate(cli.run).await,
     }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HIGHWATER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,kube=warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn operate(a: RunArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let shutdown = highwater::cli::shutdown_signal();
+    let url = a
+        .database_url
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("no database given\n  fix: set DATABASE_URL or pass --database-url"))?;
+    let client = Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot build a Kubernetes client ({e})\n  fix: run in a pod with a service account, or set KUBECONFIG"
+        )
+    })?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let listen: std::net::SocketAddr = a.listen.parse().map_err(|e| anyhow::anyhow!("--listen {:?}: {e}", a.listen))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}\n  fix: pass another --listen"))?;
+    tokio::spawn(http::serve(listener, metrics.clone(), ready.clone(), shutdown.clone()));
+
+    let pool = tokio::select! {
+        p = highwater::db::connect_with_retry(&url, u32::from(a.concurrency) * 2 + 4, a.connect_timeout) => p?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    if a.migrate {
+        highwater::db::migrate(&pool).await?;
+    } else {
+        highwater::db::check_migrated(&pool, &url).await?;
+    }
+    check_crd(&client, a.namespace.as_deref()).await?;
+    ready.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    let identity = a.identity.clone().unwrap_or_else(|| format!("highwater-operator-{}", uuid_like()));
+    let mut config = context::Config::new(&identity);
+    config.group_label = a.group_label.clone();
+    config.status_interval = a.status_interval;
+    config.gc_interval = a.gc_interval;
+
+    let lead = |stop: CancellationToken| {
+        let (client, pool, metrics, config, ns) =
+            (client.clone(), pool.clone(), metrics.clone(), config.clone(), a.namespace.clone());
+        let concurrency = a.concurrency;
+        async move {
+            let changed = Arc::new(Notify::new());
+            let pods = pods::reflect(client.clone(), ns.as_deref(), &config.group_label, changed.clone(), stop.clone());
+            let ctx = Arc::new(context::Context { client, pool, metrics, config, pods });
+            let pod_task = tokio::spawn(pods::run(ctx.clone(), changed, stop.clone()));
+            controller::run(ctx, ns.as_deref(), concurrency, stop).await;
+            let _ = pod_task.await;
+        }
+    };
+    if a.leader_election {
+        leader::run(client.clone(), &a.lease_name, &a.lease_namespace, &identity, metrics.clone(), shutdown, lead)
+            .await?;
+    } else {
+        metrics.leader.set(1);
+        lead(shutdown).await;
+    }
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// Refuses to run before the CRD is installed, with the command that installs it.
+async fn check_crd(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    let api: Api<EventConsumer> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(anyhow::anyhow!(
+            "the EventConsumer CRD (eventconsumers.highwater.dev) is not installed\n  fix: kubectl apply -f \
+             crds/eventconsumer.yaml (or: highwater-operator crd | kubectl apply -f -)"
+        )),
+        Err(e) => Err(anyhow::anyhow!("cannot list EventConsumers: {e}")),
+    }
+}
+
+fn uuid_like() -> String {
+    format!("{:x}", std::process::id() as u64 ^ chrono::Utc::now().timestamp_micros() as u64)
 }

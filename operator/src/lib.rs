@@ -3,4 +3,16 @@
 //! of the `highwater` crate and the API types of `highwater-crds`.
 #![forbid(unsafe_code)]
 
+mod annotations;
 pub mod cli;
+pub mod context;
+pub mod controller;
+mod error;
+mod events;
+mod http;
+mod leader;
+pub mod metrics;
+pub mod pods;
+pub mod status;
+
+pub use error::{Error, Result};

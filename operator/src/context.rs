@@ -1,0 +1,43 @@
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Client, core::PartialObjectMeta, runtime::reflector::Store};
+use sqlx::PgPool;
+
+use crate::metrics::Metrics;
+
+/// Settings of the operator process.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Label that names a dispatcher pod's group (`highwater.dev/group: orders`).
+    pub group_label: String,
+    /// How often each resource's status is refreshed from its shard rows.
+    pub status_interval: Duration,
+    /// How often shards are compared with live pods (besides every pod event).
+    pub gc_interval: Duration,
+    /// Identity in Kubernetes Events and the Lease.
+    pub identity: String,
+}
+
+impl Config {
+    pub fn new(identity: &str) -> Self {
+        Config {
+            group_label: GROUP_LABEL.to_owned(),
+            status_interval: Duration::from_secs(10),
+            gc_interval: Duration::from_secs(30),
+            identity: identity.to_owned(),
+        }
+    }
+}
+
+pub const GROUP_LABEL: &str = "highwater.dev/group";
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub pool: PgPool,
+    pub metrics: Arc<Metrics>,
+    pub config: Config,
+    /// Dispatcher pods (metadata only, label-selected).
+    pub pods: Store<PartialObjectMeta<Pod>>,
+}

@@ -1,0 +1,90 @@
+//! The operator's metrics; labels are bounded (error kinds only).
+use std::time::Instant;
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Counter,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    pub shards_created: Counter,
+    pub shards_removed: Counter,
+    pub pod_shard_removal: Histogram,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("highwater_operator");
+        let m = Metrics {
+            registry: Registry::default(),
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            shards_created: Counter::default(),
+            shards_removed: Counter::default(),
+            pod_shard_removal: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+            leader: Gauge::default(),
+        };
+        r.register("reconciles", "EventConsumer reconciles started", m.reconciles.clone());
+        r.register("reconcile_errors", "Reconciles that failed, by kind", m.reconcile_errors.clone());
+        r.register("reconcile_duration_seconds", "Time per reconcile", m.reconcile_duration.clone());
+        r.register("shards_created", "Per-pod shards registered for dispatcher pods", m.shards_created.clone());
+        r.register("shards_removed", "Per-pod shards deleted because their pod was gone", m.shards_removed.clone());
+        r.register(
+            "pod_shard_removal_seconds",
+            "From a pod's deletion timestamp to the removal of its shards",
+            m.pod_shard_removal.clone(),
+        );
+        r.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
+        Metrics { registry: r, ..m }
+    }
+
+    /// Counts a reconcile and observes its duration when the guard drops.
+    pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
+        self.reconciles.inc();
+        ReconcileTimer { hist: &self.reconcile_duration, start: Instant::now() }
+    }
+
+    pub fn reconcile_failed(&self, kind: &str) {
+        self.reconcile_errors.get_or_create(&ErrorLabels { kind: kind.to_owned() }).inc();
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        out
+    }
+}
+
+pub struct ReconcileTimer<'a> {
+    hist: &'a Histogram,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.hist.observe(self.start.elapsed().as_secs_f64());
+    }
+}

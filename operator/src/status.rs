@@ -1,0 +1,160 @@
+//! The status of an `EventConsumer`, computed from its shard rows. Pure, so it is unit-tested.
+use highwater::ops::ShardStatus;
+use highwater_crds::{Condition, EventConsumerStatus, ShardState};
+
+/// What the operator knows beyond the shard rows.
+pub struct Inputs<'a> {
+    pub consumer_name: &'a str,
+    pub generation: Option<i64>,
+    pub suspended: bool,
+    /// Why the spec could not be applied (unknown event types, a name conflict…).
+    pub problem: Option<(&'a str, String)>,
+    pub previous: Option<&'a EventConsumerStatus>,
+    pub now: &'a str,
+}
+
+pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
+    let shards: Vec<ShardState> = rows
+        .iter()
+        .map(|r| ShardState {
+            instance: r.instance_id.clone(),
+            status: r.status.clone(),
+            cursor: r.cursor_event_id,
+            lag: r.lag_events,
+            attempts: r.attempts,
+            last_error: r.last_error.as_ref().map(|e| e.chars().take(500).collect()),
+            failing_event_id: r.failing_event_id,
+        })
+        .collect();
+    let dead: Vec<&ShardState> = shards.iter().filter(|s| s.status == "dead").collect();
+    let failing: Vec<&ShardState> = shards.iter().filter(|s| s.status == "processing").collect();
+    let state = match (&i.problem, i.suspended) {
+        (Some((reason, _)), _) => (*reason).to_owned(),
+        (None, true) => "Suspended".to_owned(),
+        (None, false) if !dead.is_empty() || !failing.is_empty() => "Degraded".to_owned(),
+        (None, false) if shards.is_empty() => "Pending".to_owned(),
+        _ => "Ready".to_owned(),
+    };
+    let degraded_msg = dead
+        .iter()
+        .map(|s| format!("shard {} is dead on event {}", s.instance, s.failing_event_id.unwrap_or_default()))
+        .chain(
+            failing
+                .iter()
+                .map(|s| format!("shard {} is retrying event {}", s.instance, s.failing_event_id.unwrap_or_default())),
+        )
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ready = state == "Ready";
+    let (ready_reason, ready_msg) = match (&i.problem, state.as_str()) {
+        (Some((reason, msg)), _) => ((*reason).to_owned(), msg.clone()),
+        (None, "Suspended") => ("Suspended".into(), "spec.suspend is true".into()),
+        (None, "Degraded") => ("ShardsFailing".into(), degraded_msg.clone()),
+        (None, "Pending") => ("NoShards".into(), "no dispatcher pod of the group runs yet".into()),
+        _ => ("Delivering".into(), format!("{} shard(s) delivering", shards.len())),
+    };
+    let conditions = vec![
+        condition(i, "Ready", ready, &ready_reason, &ready_msg),
+        condition(i, "Degraded", !dead.is_empty() || !failing.is_empty(), "ShardsFailing", &degraded_msg),
+        condition(i, "Suspended", i.suspended, "SpecSuspend", if i.suspended { "spec.suspend is true" } else { "" }),
+    ];
+    EventConsumerStatus {
+        observed_generation: i.generation,
+        state: Some(state),
+        consumer_name: Some(i.consumer_name.to_owned()),
+        total_lag: shards.iter().map(|s| s.lag).sum(),
+        shards,
+        conditions,
+        handled_restart: i.previous.and_then(|p| p.handled_restart.clone()),
+        handled_skip: i.previous.and_then(|p| p.handled_skip.clone()),
+    }
+}
+
+/// Keeps `lastTransitionTime` while the condition's status is unchanged.
+fn condition(i: &Inputs<'_>, type_: &str, on: bool, reason: &str, message: &str) -> Condition {
+    let status = if on { "True" } else { "False" };
+    let since = i
+        .previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| i.now.to_owned());
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: since,
+        observed_generation: i.generation,
+    }
+}
+
+/// Shards that became dead since the previous status: each gets a Warning event.
+pub fn newly_dead<'a>(prev: Option<&EventConsumerStatus>, now: &'a EventConsumerStatus) -> Vec<&'a ShardState> {
+    now.shards
+        .iter()
+        .filter(|s| s.status == "dead")
+        .filter(|s| !prev.is_some_and(|p| p.shards.iter().any(|o| o.instance == s.instance && o.status == "dead")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(instance: &str, status: &str, lag: i64) -> ShardStatus {
+        ShardStatus {
+            consumer: "c".into(),
+            instance_id: instance.into(),
+            delivery: "PerInstance".into(),
+            group: "default".into(),
+            status: status.into(),
+            cursor_event_id: 5,
+            cursor_tx: "9".into(),
+            lag_events: lag,
+            lag_seconds: None,
+            attempts: if status == "dead" { 3 } else { 0 },
+            last_error: (status == "dead").then(|| "boom".into()),
+            failing_event_id: (status == "dead").then_some(6),
+            next_attempt_at: None,
+            heartbeat_at: None,
+            delivered_count: 5,
+        }
+    }
+
+    fn inputs<'a>(previous: Option<&'a EventConsumerStatus>, now: &'a str) -> Inputs<'a> {
+        Inputs { consumer_name: "c", generation: Some(2), suspended: false, problem: None, previous, now }
+    }
+
+    #[test]
+    fn ready_when_every_shard_delivers() {
+        let s = compute(&[row("a", "idle", 2), row("b", "idle", 3)], &inputs(None, "t1"));
+        assert_eq!(s.state.as_deref(), Some("Ready"));
+        assert_eq!(s.total_lag, 5);
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.conditions[1].status, "False");
+    }
+
+    #[test]
+    fn a_dead_shard_degrades_and_is_reported_once() {
+        let first = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(None, "t1"));
+        assert_eq!(first.state.as_deref(), Some("Degraded"));
+        assert!(first.conditions[1].message.contains("shard b is dead on event 6"));
+        assert_eq!(newly_dead(None, &first).len(), 1);
+        let second = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(Some(&first), "t2"));
+        assert!(newly_dead(Some(&first), &second).is_empty());
+        assert_eq!(second.conditions[1].last_transition_time, "t1", "unchanged conditions keep their time");
+    }
+
+    #[test]
+    fn problems_and_suspension_win() {
+        let mut i = inputs(None, "t1");
+        i.problem = Some(("Conflict", "claimed by kubernetes:x/y".into()));
+        assert_eq!(compute(&[], &i).state.as_deref(), Some("Conflict"));
+        let mut i = inputs(None, "t1");
+        i.suspended = true;
+        let s = compute(&[row("a", "disabled", 1)], &i);
+        assert_eq!(s.state.as_deref(), Some("Suspended"));
+        assert_eq!(s.conditions[2].status, "True");
+        assert_eq!(compute(&[], &inputs(None, "t")).state.as_deref(), Some("Pending"));
+    }
+}
