@@ -3,11 +3,13 @@
 #![forbid(unsafe_code)]
 
 mod crd;
+mod reference;
 mod spec;
 mod status;
 mod validate;
 
 pub use crd::crd_yaml;
+pub use reference::{BEGIN as REFERENCE_BEGIN, END as REFERENCE_END, reference_markdown};
 pub use spec::*;
 pub use status::*;
 pub use validate::{MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, SpecError, validate_consumer_name};

@@ -136,8 +136,10 @@ impl ErrorMode {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Backoff {
+    /// Delay before the first retry; each further retry doubles it (with jitter up to 2x).
     #[serde(default = "default_backoff_initial")]
     pub initial: String,
+    /// The longest delay between retries.
     #[serde(default = "default_backoff_max")]
     pub max: String,
 }

@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the EventConsumer CustomResourceDefinition as YAML.
     Crd,
+    /// Print the field reference of docs/operator.md, generated from the CRD.
+    Reference,
 }
 
 #[derive(Args, Debug)]
@@ -70,6 +72,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Crd) => {
             print!("{}", highwater_crds::crd_yaml());
+            Ok(())
+        }
+        Some(Command::Reference) => {
+            print!("{}", highwater_crds::reference_markdown());
             Ok(())
         }
         None => operate(cli.run).await,
@@ -119,6 +125,7 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
     config.group_label = a.group_label.clone();
     config.status_interval = a.status_interval;
     config.gc_interval = a.gc_interval;
+    config.namespace = a.namespace.clone();
 
     let lead = |stop: CancellationToken| {
         let (client, pool, metrics, config, ns) =

@@ -17,6 +17,9 @@ pub struct Config {
     pub gc_interval: Duration,
     /// Identity in Kubernetes Events and the Lease.
     pub identity: String,
+    /// The one namespace watched, if any: consumers of other namespaces are not this
+    /// operator's to garbage-collect (it cannot see their pods).
+    pub namespace: Option<String>,
 }
 
 impl Config {
@@ -26,6 +29,7 @@ impl Config {
             status_interval: Duration::from_secs(10),
             gc_interval: Duration::from_secs(30),
             identity: identity.to_owned(),
+            namespace: None,
         }
     }
 }

@@ -64,12 +64,15 @@ struct Managed {
     delivery: String,
 }
 
-async fn managed(pool: &PgPool) -> Result<Vec<Managed>> {
+async fn managed(pool: &PgPool, namespace: Option<&str>) -> Result<Vec<Managed>> {
     Ok(sqlx::query_as(
-        "SELECT name, split_part(substr(source, length('kubernetes:') + 1), '/', 1) AS namespace,
-                consumer_group, delivery
-           FROM highwater.consumers WHERE source LIKE 'kubernetes:%'",
+        "SELECT * FROM (
+            SELECT name, split_part(substr(source, length('kubernetes:') + 1), '/', 1) AS namespace,
+                   consumer_group, delivery
+              FROM highwater.consumers WHERE source LIKE 'kubernetes:%') m
+          WHERE $1::text IS NULL OR m.namespace = $1",
     )
+    .bind(namespace)
     .fetch_all(pool)
     .await
     .map_err(highwater::Error::from)?)
@@ -88,7 +91,7 @@ fn live_pods(store: &Store<PartialObjectMeta<Pod>>, label: &str, ns: &str, group
 
 /// One level-based pass: registers missing pod shards, deletes the shards of gone pods.
 pub async fn sync(ctx: &Context, deletions: &HashMap<String, chrono::DateTime<Utc>>) -> Result<()> {
-    let consumers = managed(&ctx.pool).await?;
+    let consumers = managed(&ctx.pool, ctx.config.namespace.as_deref()).await?;
     let label = &ctx.config.group_label;
     let mut conn = ctx.pool.acquire().await.map_err(highwater::Error::from)?;
     for c in consumers.iter().filter(|c| c.delivery == "PerInstance") {
