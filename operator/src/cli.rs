@@ -170,3 +170,30 @@ async fn check_crd(client: &Client, namespace: Option<&str>) -> anyhow::Result<(
 fn uuid_like() -> String {
     format!("{:x}", std::process::id() as u64 ^ chrono::Utc::now().timestamp_micros() as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use ::http::{Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn refuses_to_start_without_its_crd_and_says_how_to_install_it() {
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a list request");
+            assert_eq!(req.uri().path(), "/apis/highwater.dev/v1alpha1/eventconsumers");
+            let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404});
+            send.send_response(
+                Response::builder().status(404).body(Body::from(serde_json::to_vec(&status).unwrap())).unwrap(),
+            );
+        });
+        let e = check_crd(&client, None).await.unwrap_err().to_string();
+        server.await.unwrap();
+        assert!(e.contains("CRD (eventconsumers.highwater.dev) is not installed"), "{e}");
+        assert!(e.contains("kubectl apply -f crds/eventconsumer.yaml"), "{e}");
+    }
+}
