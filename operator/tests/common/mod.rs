@@ -1,0 +1,169 @@
+//! A real control plane, a real PostgreSQL and real operator processes.
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use highwater::{
+    db,
+    embedded::{EmbeddedOptions, EmbeddedPostgres, free_port},
+    event_types,
+};
+use highwater_e2e::ControlPlane;
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use sqlx::PgPool;
+
+pub struct World {
+    pub cp: ControlPlane,
+    pub pool: PgPool,
+    pub url: String,
+    pub logs: tempfile::TempDir,
+    pub pg: EmbeddedPostgres,
+}
+
+pub fn crd_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/eventconsumer.yaml")
+}
+
+/// Control plane with the CRD installed and namespace `shop` ready for pods; PostgreSQL migrated.
+pub async fn world(types: &[&str]) -> World {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("postgres");
+    let url = pg.url();
+    let pool = db::connect(&url, 10).await.unwrap();
+    db::migrate(&pool).await.unwrap();
+    for t in types {
+        event_types::register(&pool, t, None, None).await.unwrap();
+    }
+    cp.kubectl_ok(["apply", "-f", crd_path().to_str().unwrap()]).await.unwrap();
+    cp.kubectl_ok(["wait", "--for", "condition=established", "crd/eventconsumers.highwater.dev", "--timeout=60s"])
+        .await
+        .unwrap();
+    cp.kubectl_ok(["create", "namespace", "shop"]).await.unwrap();
+    // No controller manager runs: create the ServiceAccounts pods need.
+    for ns in ["shop", "default"] {
+        let _ = cp.kubectl(["create", "serviceaccount", "default", "-n", ns]).await;
+    }
+    World { cp, pool, url, logs: tempfile::tempdir().unwrap(), pg }
+}
+
+pub struct Operator {
+    pub child: Child,
+    pub port: u16,
+    pub identity: String,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    pub fn start(w: &World, identity: &str, leader_election: bool) -> Operator {
+        let port = free_port().unwrap();
+        let log = w.logs.path().join(format!("{identity}.log"));
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_highwater-operator"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "2s", "--status-interval", "1s"])
+            .args(["--leader-election", if leader_election { "true" } else { "false" }])
+            .env("KUBECONFIG", w.cp.kubeconfig_path())
+            .env("DATABASE_URL", &w.url)
+            .env("POD_NAME", identity)
+            .env("POD_NAMESPACE", "default")
+            .env("HIGHWATER_LOG", "info,kube=warn,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start the operator");
+        Operator { child, port, identity: identity.to_owned(), log }
+    }
+
+    pub fn signal(&self, s: Signal) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), s);
+    }
+
+    /// SIGTERM and wait for the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.signal(Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn kill(mut self) {
+        self.signal(Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let body = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port)).await.ok()?.text().await.ok()?;
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls until `f` is true, printing `what` on timeout with the operator logs.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+pub async fn apply(w: &World, yaml: &str) -> std::process::Output {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = w.cp.kubectl_command();
+    cmd.args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(yaml.as_bytes()).await.unwrap();
+    child.wait_with_output().await.unwrap()
+}
+
+pub fn pod(name: &str, ns: &str, group: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {{highwater.dev/group: {group}}}}}\n\
+         spec:\n  automountServiceAccountToken: false\n  containers: [{{name: d, image: highwater:dev}}]\n---\n"
+    )
+}
+
+pub async fn shards(pool: &PgPool, consumer: &str) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT instance_id, pod_uid FROM highwater.consumer_shards WHERE consumer = $1 ORDER BY instance_id",
+    )
+    .bind(consumer)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+pub async fn uid(w: &World, ns: &str, pod: &str) -> String {
+    w.cp.kubectl_ok(["get", "pod", pod, "-n", ns, "-o", "jsonpath={.metadata.uid}"]).await.unwrap()
+}
