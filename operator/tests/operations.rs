@@ -1,0 +1,120 @@
+//! Operations through Kubernetes: a poison event degrades the resource with an Event; the skip
+//! and restart annotations act once per value; `spec.suspend` disables the shards.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use highwater::{NewEvent, append, dispatch};
+use serde_json::json;
+
+async fn jsonpath(w: &World, path: &str) -> String {
+    w.cp.kubectl_ok(["get", "ec", "poisoned", "-n", "shop", "-o", &format!("jsonpath={path}")])
+        .await
+        .unwrap_or_default()
+}
+
+async fn has_event(w: &World, reason: &str) -> bool {
+    let out =
+        w.cp.kubectl_ok(["get", "events", "-n", "shop", "--field-selector", &format!("reason={reason}"), "-o", "name"])
+            .await
+            .unwrap_or_default();
+    !out.trim().is_empty()
+}
+
+async fn append_n(w: &World, n: i64) -> i64 {
+    let mut tx = w.pool.begin().await.unwrap();
+    let id = append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"n": n}))).await.unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_and_suspend_operate_the_consumer() {
+    let w = world(&["Tick"]).await;
+    sqlx::raw_sql("CREATE TABLE seen (id bigint, x int)").execute(&w.pool).await.unwrap();
+    let _op = Operator::start(&w, "op-1", false);
+    let ec = r#"
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: poisoned, namespace: shop}
+spec:
+  delivery: Shared
+  maxAttempts: 1
+  backoff: {initial: 50ms, max: 100ms}
+  sink: {sql: {statement: "INSERT INTO seen VALUES ($2, 1 / (($1->>'n')::int))"}}
+"#;
+    assert!(apply(&w, ec).await.status.success());
+    eventually(Duration::from_secs(60), "the consumer row", || async {
+        jsonpath(&w, "{.status.state}").await == "Ready"
+    })
+    .await;
+
+    // A dispatcher, in process.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
+    cfg.poll_interval = Duration::from_millis(20);
+    cfg.refresh_interval = Duration::from_secs(1);
+    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+
+    append_n(&w, 1).await;
+    let poison = append_n(&w, 0).await;
+    append_n(&w, 1).await;
+    eventually(Duration::from_secs(60), "Degraded", || async { jsonpath(&w, "{.status.state}").await == "Degraded" })
+        .await;
+    assert_eq!(jsonpath(&w, "{.status.conditions[?(@.type==\"Degraded\")].status}").await, "True");
+    assert_eq!(jsonpath(&w, "{.status.shards[0].failingEventId}").await, poison.to_string());
+    eventually(Duration::from_secs(30), "a ShardDead event", || has_event(&w, "ShardDead")).await;
+
+    // Skip names the event it expects: a wrong id is refused and reported.
+    w.cp.kubectl_ok(["annotate", "ec", "poisoned", "-n", "shop", "highwater.dev/skip-event=999999"]).await.unwrap();
+    eventually(Duration::from_secs(30), "a SkipMismatch event", || has_event(&w, "SkipMismatch")).await;
+    assert_eq!(jsonpath(&w, "{.status.shards[0].status}").await, "dead");
+    w.cp.kubectl_ok([
+        "annotate",
+        "ec",
+        "poisoned",
+        "-n",
+        "shop",
+        "--overwrite",
+        &format!("highwater.dev/skip-event={poison}"),
+    ])
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(30), "the skip to deliver the next event", || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM seen").fetch_one(&w.pool).await.unwrap() == 2
+    })
+    .await;
+    assert!(has_event(&w, "Skipped").await);
+    eventually(Duration::from_secs(30), "Ready again", || async { jsonpath(&w, "{.status.state}").await == "Ready" })
+        .await;
+    assert_eq!(jsonpath(&w, "{.status.handledSkip}").await, poison.to_string());
+
+    // Restart: once per new value.
+    append_n(&w, 0).await;
+    eventually(Duration::from_secs(30), "dead again", || async {
+        jsonpath(&w, "{.status.shards[0].status}").await == "dead"
+    })
+    .await;
+    w.cp.kubectl_ok(["annotate", "ec", "poisoned", "-n", "shop", "highwater.dev/restart=1"]).await.unwrap();
+    eventually(Duration::from_secs(30), "a Restarted event", || has_event(&w, "Restarted")).await;
+    eventually(Duration::from_secs(30), "handledRestart recorded", || async {
+        jsonpath(&w, "{.status.handledRestart}").await == "1"
+    })
+    .await;
+
+    // Suspend disables every shard.
+    w.cp.kubectl_ok(["patch", "ec", "poisoned", "-n", "shop", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#])
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "Suspended", || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
+        .await;
+    let statuses: Vec<String> =
+        sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = 'poisoned'")
+            .fetch_all(&w.pool)
+            .await
+            .unwrap();
+    assert_eq!(statuses, vec!["disabled".to_owned()]);
+    stop.cancel();
+    d.await.unwrap().unwrap();
+}
