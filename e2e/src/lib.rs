@@ -1,2 +1,35 @@
-//! End-to-end and benchmark harnesses for highwater. Not written yet.
-#![forbid(unsafe_code)]
+//! End-to-end harnesses for highwater: a real Kubernetes control plane (etcd, kube-apiserver and
+//! optionally kube-controller-manager, built from their published Go modules by
+//! `e2e/control-plane/build.sh`) that a test starts and drops.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let cp = highwater_e2e::ControlPlane::with_controller_manager().await?;
+//! let client = cp.client(); // kube::Client as cluster-admin
+//! let namespaces = cp.kubectl_ok(["get", "namespaces", "-o", "name"]).await?;
+//! assert!(namespaces.contains("namespace/default"));
+//! # Ok(()) }
+//! ```
+//!
+//! One module per job: [`binaries`] finds or builds the binaries, [`pki`] makes the certificates,
+//! [`kubeconfig`] writes kubeconfig files, [`process`] runs and stops the processes, [`etcd`],
+//! [`apiserver`] and [`controller_manager`] know their component's flags, [`user`] is one
+//! identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them together.
+// `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
+#![deny(unsafe_code)]
+
+pub mod apiserver;
+pub mod binaries;
+pub mod control_plane;
+pub mod controller_manager;
+pub mod etcd;
+pub mod kubeconfig;
+pub mod pki;
+pub mod process;
+pub mod user;
+pub mod wait;
+
+pub use binaries::Binaries;
+pub use control_plane::{ControlPlane, ControlPlaneBuilder};
+pub use user::User;
+pub use wait::wait_for;
