@@ -3,7 +3,7 @@ use std::{str::FromStr, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::{
-    ConnectOptions, PgPool,
+    ConnectOptions, Connection, PgConnection, PgPool,
     migrate::Migrator,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
@@ -59,15 +59,32 @@ async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration
 /// Like [`connect`], retrying with exponential backoff until `give_up_after` has passed, so a
 /// process started before its database comes up on its own.
 pub async fn connect_with_retry(url: &str, max_connections: u32, give_up_after: Duration) -> Result<PgPool> {
-    // Connections are held for a whole pass, so under load a pass may queue for one: be patient
-    // once running; but probe the first connection with a short timeout.
-    let pool = PgPoolOptions::new()
+    let pool = lazy_pool(url, max_connections)?;
+    wait_reachable(&pool, url, give_up_after).await?;
+    Ok(pool)
+}
+
+/// A pool that connects on first use. Connections are held for a whole pass, so under load a
+/// pass may queue for one: its acquire timeout is patient.
+pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool> {
+    Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(60))
-        .connect_lazy_with(options(url)?);
+        .connect_lazy_with(options(url)?))
+}
+
+/// Retries a first connection (5 s each) with exponential backoff until `give_up_after`.
+pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -> Result<()> {
+    // One direct connection per try: a refused connection fails at once, where the pool would
+    // keep retrying inside its acquire timeout.
+    let opts = pool.connect_options();
     let probe = || async {
-        match tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await {
-            Ok(Ok(_)) => Ok(()),
+        let attempt = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&opts)).await;
+        match attempt {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
             Ok(Err(source)) => Err(Error::Unreachable { target: describe_target(url), source }),
             Err(_) => Err(Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut }),
         }
@@ -82,8 +99,7 @@ pub async fn connect_with_retry(url: &str, max_connections: u32, give_up_after: 
                 .with_jitter(),
         )
         .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"))
-        .await?;
-    Ok(pool)
+        .await
 }
 
 /// Applies every migration not yet applied. Safe to run any number of times, concurrently too

@@ -20,6 +20,8 @@ use crate::{Error, Result};
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
     pub settings: Vec<(String, String)>,
+    /// A fixed port instead of a free one.
+    pub port: Option<u16>,
 }
 
 impl Default for EmbeddedOptions {
@@ -31,6 +33,7 @@ impl Default for EmbeddedOptions {
                 ("full_page_writes".into(), "off".into()),
                 ("max_connections".into(), "200".into()),
             ],
+            port: None,
         }
     }
 }
@@ -112,7 +115,10 @@ impl EmbeddedPostgres {
         let mut pg =
             EmbeddedPostgres { dir: Some(dir), bindir, port: 0, run_as, child: None, settings: options.settings };
         pg.initdb()?;
-        pg.port = free_port()?;
+        pg.port = match options.port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         pg.spawn().await?;
         Ok(pg)
     }

@@ -65,7 +65,10 @@ async fn metrics_handler(State(st): State<AppState>) -> impl IntoResponse {
 
 async fn ready_handler(State(st): State<AppState>) -> impl IntoResponse {
     if !st.health.ready.load(Ordering::Relaxed) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: starting (shards not registered yet)\n".to_owned());
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: starting (database not reached yet, or shards not registered yet)\n".to_owned(),
+        );
     }
     let probe = tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&st.health.pool)).await;
     match probe {

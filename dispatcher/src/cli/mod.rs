@@ -172,16 +172,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let instance_id = instance::resolve(a.instance_id.as_deref())?;
             let shutdown = shutdown_signal();
-            let pool = tokio::select! {
-                p = db::connect_with_retry(&url, a.max_connections, a.connect_timeout) => p?,
-                _ = shutdown.cancelled() => return Ok(()),
-            };
-            db::check_migrated(&pool, &url).await?;
-            if let Some(path) = &a.consumers {
-                let defs = definitions::load(path)?;
-                definitions::apply(&pool, &defs).await?;
-            }
+            // Files are read before anything else: a bad one fails fast.
+            let consumers = a.consumers.as_deref().map(definitions::load).transpose()?.unwrap_or_default();
+            let pool = db::lazy_pool(&url, a.max_connections)?;
             let mut cfg = dispatch::DispatchConfig::new(&a.group, &instance_id);
+            cfg.startup =
+                dispatch::Startup { database_url: url.clone(), connect_timeout: a.connect_timeout, consumers };
             cfg.poll_interval = a.poll_interval;
             cfg.idle_poll_interval = a.idle_poll_interval;
             cfg.shutdown_grace = a.shutdown_grace;

@@ -40,6 +40,19 @@ pub struct DispatchConfig {
     pub metrics_interval: Duration,
     /// Bearer tokens SSE clients must present.
     pub sse_tokens: sse::Tokens,
+    pub startup: Startup,
+}
+
+/// What happens before the first pass, while `/healthz` already answers and `/readyz` says why
+/// it is not ready yet.
+#[derive(Clone, Debug, Default)]
+pub struct Startup {
+    /// For messages only (never printed with its password).
+    pub database_url: String,
+    /// How long to retry an unreachable database; zero: the pool is known to be connected.
+    pub connect_timeout: Duration,
+    /// Definitions to apply before starting (`dispatch --consumers`).
+    pub consumers: Vec<definitions::Definition>,
 }
 
 impl DispatchConfig {
@@ -55,6 +68,7 @@ impl DispatchConfig {
             listen: None,
             metrics_interval: Duration::from_secs(5),
             sse_tokens: sse::Tokens::default(),
+            startup: Startup::default(),
         }
     }
 }
@@ -116,6 +130,17 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, bg.clone()));
     }
 
+    let st = &cfg.startup;
+    if !st.connect_timeout.is_zero() {
+        tokio::select! {
+            r = wait_ready_database(&pool, st) => r?,
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+    }
+    if !st.consumers.is_empty() {
+        definitions::apply(&pool, &st.consumers).await?;
+    }
+
     let mut running: HashMap<String, Running> = HashMap::new();
     // Every shard is registered before the first pass (and before the wake-up tasks start).
     reconcile(&env, &mut running, true).await?;
@@ -169,6 +194,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
 
     tracing::info!("shutting down: finishing passes in flight");
     ready.store(false, std::sync::atomic::Ordering::Relaxed);
+    env.metrics.ready.set(0);
     for r in running.values() {
         r.stop.cancel();
     }
@@ -178,6 +204,24 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     }
     bg.cancel();
     Ok(())
+}
+
+/// Waits for the database to answer and carry the current schema (a migration Job may still be
+/// running), up to `connect_timeout`.
+async fn wait_ready_database(pool: &PgPool, st: &Startup) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + st.connect_timeout;
+    crate::db::wait_reachable(pool, &st.database_url, st.connect_timeout).await?;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match crate::db::check_migrated(pool, &st.database_url).await {
+            Err(e @ Error::NotMigrated { .. }) if tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(error = %e, retry_in = ?delay, "waiting for the schema");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Brings the running workers in line with the group's definitions.
