@@ -122,20 +122,17 @@ impl Drop for Operator {
     }
 }
 
-/// Polls until `f` is true, printing `what` on timeout with the operator logs.
+/// Polls until `f` is true (the harness's `wait_for`), panicking with `what` on timeout.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
+    let check = || {
+        let fut = f();
+        async move { Ok::<_, std::convert::Infallible>(fut.await.then_some(())) }
+    };
+    highwater_e2e::wait_for(what, timeout, check).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
 pub async fn apply(w: &World, yaml: &str) -> std::process::Output {
