@@ -118,3 +118,55 @@ spec:
     stop.cancel();
     d.await.unwrap().unwrap();
 }
+
+/// Two resources claiming one consumer name are refused, never merged; the owner keeps its rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_claim_on_a_consumer_name_is_refused_in_status() {
+    let w = world(&[]).await;
+    w.cp.kubectl_ok(["create", "namespace", "other"]).await.unwrap();
+    let _op = Operator::start(&w, "op-1", false);
+    let owner = "apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {name: orders, namespace: shop}\nspec: {delivery: Shared, sink: {log: {}}}\n";
+    assert!(apply(&w, owner).await.status.success());
+    let state = |ns: &'static str, name: &'static str| {
+        let w = &w;
+        async move {
+            w.cp.kubectl_ok(["get", "ec", name, "-n", ns, "-o", "jsonpath={.status.state}"]).await.unwrap_or_default()
+        }
+    };
+    eventually(Duration::from_secs(60), "the owner to be Ready", || async { state("shop", "orders").await == "Ready" })
+        .await;
+    let claimant = "apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {name: copycat, namespace: other}\nspec: {delivery: Shared, consumerName: orders, sink: {sql: {statement: 'SELECT 1'}}}\n";
+    assert!(apply(&w, claimant).await.status.success());
+    eventually(Duration::from_secs(60), "the claimant to be refused", || async {
+        state("other", "copycat").await == "Conflict"
+    })
+    .await;
+    let msg =
+        w.cp.kubectl_ok([
+            "get",
+            "ec",
+            "copycat",
+            "-n",
+            "other",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].message}",
+        ])
+        .await
+        .unwrap();
+    assert!(msg.contains("already declared by kubernetes:shop/orders"), "{msg}");
+    let (source, sink): (String, serde_json::Value) =
+        sqlx::query_as("SELECT source, sink FROM highwater.consumers WHERE name = 'orders'")
+            .fetch_one(&w.pool)
+            .await
+            .unwrap();
+    assert_eq!(source, "kubernetes:shop/orders", "the owner keeps the row");
+    assert!(sink.get("log").is_some(), "the claimant's spec was not merged in: {sink}");
+    assert_eq!(state("shop", "orders").await, "Ready");
+    // Deleting the refused claimant leaves the owner's rows alone.
+    w.cp.kubectl_ok(["delete", "ec", "copycat", "-n", "other", "--wait=true", "--timeout=60s"]).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'orders'")
+        .fetch_one(&w.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
