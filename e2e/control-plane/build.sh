@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the e2e control plane from published Go modules: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl, at the versions in versions.env, through
-# the wrapper modules beside this script (etcd/, kubernetes/; their go.sum pins every module).
+# kube-controller-manager, kube-scheduler, kubectl and kwok (fake nodes), at the versions in
+# versions.env, through the wrapper modules beside this script (etcd/, kubernetes/, kwok/; their
+# go.sum pins every module).
 #
 #   build.sh                   build what is missing; print the binaries' directory on stdout
 #   build.sh --update-modules  regenerate the wrapper go.mod/go.sum from versions.env (commit them)
@@ -16,7 +17,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=versions.env
 source "$here/versions.env"
-: "${GO_VERSION:?versions.env sets no GO_VERSION}" "${ETCD_VERSION:?}" "${KUBERNETES_VERSION:?}"
+: "${GO_VERSION:?versions.env sets no GO_VERSION}" "${ETCD_VERSION:?}" "${KUBERNETES_VERSION:?}" "${KWOK_VERSION:?}"
 # The staging modules (k8s.io/api, k8s.io/client-go, …) are published as v0.X.Y for v1.X.Y.
 STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 
@@ -28,6 +29,7 @@ COMPONENTS=(
     "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|$KUBERNETES_VERSION"
     "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|$KUBERNETES_VERSION"
     "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|$KUBERNETES_VERSION"
+    "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION"
 )
 
 cache=${HIGHWATER_E2E_CACHE:-$HOME/.cache/highwater-e2e}
@@ -46,6 +48,7 @@ recipe_key() {
     {
         cat "$here/versions.env" "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/etcd/*.go
         cat "$here"/kubernetes/go.mod "$here"/kubernetes/go.sum
+        cat "$here"/kwok/go.mod "$here"/kwok/go.sum
         # Bump when the way of building changes (flags, environment), to rebuild everything.
         printf '%s\n' "${COMPONENTS[@]}" "recipe 1: CGO_ENABLED=0 -trimpath -ldflags=-s -w + version"
     } | sha256sum | cut -c1-12
@@ -165,7 +168,17 @@ if [ $mode = update ]; then
         go mod edit "${edits[@]}"
         go mod tidy
     )
-    say "wrapper modules updated in $(elapsed); commit e2e/control-plane/{etcd,kubernetes}/go.{mod,sum}"
+    say "kwok wrapper: sigs.k8s.io/kwok $KWOK_VERSION"
+    (
+        cd "$here/kwok"
+        rm -f go.mod go.sum
+        go mod init highwater.dev/e2e/control-plane/kwok 2>/dev/null
+        # shellcheck disable=SC2046
+        go mod edit $(go_directives "sigs.k8s.io/kwok@$KWOK_VERSION") \
+            "-require=sigs.k8s.io/kwok@$KWOK_VERSION" -tool=sigs.k8s.io/kwok/cmd/kwok
+        go mod tidy
+    )
+    say "wrapper modules updated in $(elapsed); commit e2e/control-plane/{etcd,kubernetes,kwok}/go.{mod,sum}"
     exit 0
 fi
 
@@ -174,6 +187,8 @@ grep -qE "^\s*(require\s+)?go\.etcd\.io/etcd/server/v3 $ETCD_VERSION\b" "$here/e
     die "etcd/go.mod does not require go.etcd.io/etcd/server/v3 $ETCD_VERSION (versions.env): run $0 --update-modules"
 grep -qE "^\s*(require\s+)?k8s\.io/kubernetes $KUBERNETES_VERSION\b" "$here/kubernetes/go.mod" ||
     die "kubernetes/go.mod does not require k8s.io/kubernetes $KUBERNETES_VERSION (versions.env): run $0 --update-modules"
+grep -qE "^\s*(require\s+)?sigs\.k8s\.io/kwok $KWOK_VERSION\b" "$here/kwok/go.mod" ||
+    die "kwok/go.mod does not require sigs.k8s.io/kwok $KWOK_VERSION (versions.env): run $0 --update-modules"
 
 # --- build what is missing --------------------------------------------------------------------------
 kube_ldflags() {
@@ -207,7 +222,11 @@ $(tail -n 20 "$cache/logs/download-$module.log")"
     fi
     step=$SECONDS
     say "building $name $version …"
-    if [ "$module" = kubernetes ]; then ldflags=$(kube_ldflags); else ldflags="-s -w"; fi
+    case $module in
+    kubernetes) ldflags=$(kube_ldflags) ;;
+    kwok) ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" ;;
+    *) ldflags="-s -w" ;;
+    esac
     if ! (cd "$here/$module" && go build -trimpath -ldflags "$ldflags" -o "$bindir/.$name.part" "$pkg") >"$log" 2>&1; then
         die "building $name $version failed; log: $log
 $(tail -n 30 "$log")"

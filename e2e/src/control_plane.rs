@@ -19,19 +19,23 @@ use crate::{
     binaries::{self, Binaries},
     controller_manager::{self, ControllerManager},
     etcd::Etcd,
+    kwok::Kwok,
     pki::Pki,
     process::retry_on_port_clash,
+    scheduler::{self, Scheduler},
     user::User,
 };
 
 /// The admin's user name; it is in `system:masters`, so RBAC allows it everything.
 pub const ADMIN: &str = "highwater-e2e-admin";
 
-/// What to run besides etcd and kube-apiserver. Later: kube-scheduler, kwok, helm.
+/// What to run besides etcd and kube-apiserver.
 #[derive(Clone, Debug, Default)]
 #[must_use]
 pub struct ControlPlaneBuilder {
     controllers: Option<Vec<String>>,
+    scheduler: bool,
+    kwok: bool,
 }
 
 impl ControlPlaneBuilder {
@@ -47,6 +51,21 @@ impl ControlPlaneBuilder {
         S: Into<String>,
     {
         self.controllers = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Runs kube-scheduler (as `system:kube-scheduler`).
+    pub fn scheduler(mut self) -> Self {
+        self.scheduler = true;
+        self
+    }
+
+    /// Runs kwok with one fake Node ([`crate::kwok::NODE`]), and kube-scheduler to bind Pods to
+    /// it: Pods become Running (nothing runs them; see [`crate::pod_runner`]) and their deletion
+    /// completes.
+    pub fn kwok(mut self) -> Self {
+        self.kwok = true;
+        self.scheduler = true;
         self
     }
 
@@ -111,7 +130,32 @@ impl ControlPlaneBuilder {
                 Some(manager)
             }
         };
+        let scheduler = match self.scheduler {
+            false => None,
+            true => {
+                let identity =
+                    User::create(&pki, root, "kube-scheduler", apiserver.url(), scheduler::USER, &[], &kubectl).await?;
+                let mut scheduler = Scheduler::start(
+                    &binaries.path(binaries::KUBE_SCHEDULER),
+                    identity.kubeconfig_path(),
+                    &logs.join("kube-scheduler.log"),
+                )?;
+                scheduler.process().check_running()?;
+                Some(scheduler)
+            }
+        };
+        let kwok = match self.kwok {
+            false => None,
+            true => {
+                let mut kwok =
+                    Kwok::start(&binaries.path(binaries::KWOK), admin.kubeconfig_path(), &logs.join("kwok.log"))?;
+                kwok.create_node(&admin.client()).await?;
+                Some(kwok)
+            }
+        };
         Ok(ControlPlane {
+            kwok,
+            scheduler,
             controller_manager,
             apiserver,
             etcd,
@@ -126,6 +170,8 @@ impl ControlPlaneBuilder {
 }
 
 pub struct ControlPlane {
+    kwok: Option<Kwok>,
+    scheduler: Option<Scheduler>,
     controller_manager: Option<ControllerManager>,
     apiserver: ApiServer,
     etcd: Etcd,
@@ -230,7 +276,7 @@ impl ControlPlane {
         &self.root
     }
 
-    /// `etcd.log`, `kube-apiserver.log`, `kube-controller-manager.log`.
+    /// `etcd.log`, `kube-apiserver.log`, `kube-controller-manager.log`, `kube-scheduler.log`, `kwok.log`.
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")
     }
@@ -262,6 +308,12 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         if std::env::var("HIGHWATER_E2E_KEEP").is_ok_and(|v| !v.is_empty() && v != "0") {
             self.hold();
+        }
+        if let Some(kwok) = &mut self.kwok {
+            kwok.process().stop();
+        }
+        if let Some(scheduler) = &mut self.scheduler {
+            scheduler.process().stop();
         }
         if let Some(manager) = &mut self.controller_manager {
             manager.process().stop();

@@ -13,8 +13,10 @@
 //!
 //! One module per job: [`binaries`] finds or builds the binaries, [`pki`] makes the certificates,
 //! [`kubeconfig`] writes kubeconfig files, [`process`] runs and stops the processes, [`etcd`],
-//! [`apiserver`] and [`controller_manager`] know their component's flags, [`user`] is one
-//! identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them together.
+//! [`apiserver`], [`controller_manager`], [`scheduler`] and [`kwok`] know their component's flags,
+//! [`user`] is one identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them
+//! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
+//! charts.
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
@@ -23,13 +25,18 @@ pub mod binaries;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod etcd;
+pub mod helm;
 pub mod kubeconfig;
+pub mod kwok;
 pub mod pki;
+pub mod pod_runner;
 pub mod process;
+pub mod scheduler;
 pub mod user;
 pub mod wait;
 
 pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneBuilder};
+pub use pod_runner::PodRunner;
 pub use user::User;
 pub use wait::wait_for;

@@ -143,6 +143,24 @@ impl Process {
         }
     }
 
+    /// Sends SIGTERM and returns without waiting (for a pod's graceful shutdown); [`Process::stop`]
+    /// or drop still waits and kills.
+    pub fn terminate(&mut self) {
+        if let Some(child) = &mut self.child
+            && let Ok(None) = child.try_wait()
+        {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        }
+    }
+
+    /// SIGKILL and wait. Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, then SIGKILL after a grace period; waits for the exit. Idempotent.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
