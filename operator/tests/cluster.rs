@@ -105,6 +105,15 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     })
     .await;
     println!("pod deletion to shard removal: {:?}", started.elapsed());
+    eventually(Duration::from_secs(30), "a PodShardsRemoved event", || async {
+        let out = w
+            .cp
+            .kubectl_ok(["get", "events", "-n", "shop", "--field-selector", "reason=PodShardsRemoved", "-o", "name"])
+            .await
+            .unwrap_or_default();
+        out.lines().count() >= 2
+    })
+    .await;
     let left: Vec<String> = shards(&w.pool, "live").await.into_iter().map(|s| s.0).collect();
     assert_eq!(left, vec!["laptop".to_owned(), "web-0".to_owned()]);
 
