@@ -1,0 +1,68 @@
+//! `kubectl apply` of the examples: a shared SQL projection, a per-instance SSE stream, a
+//! webhook and the log consumers become rows and shards, and `kubectl get ec` shows their
+//! delivery, status and lag.
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use common::*;
+use highwater::{NewEvent, append};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_the_examples() {
+    let w = world(&["OrderPlaced", "OrderCancelled"]).await;
+    let _op = Operator::start(&w, "op-1", false);
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let out = w.cp.kubectl(["apply", "-n", "shop", "-f", examples.to_str().unwrap()]).await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Two dispatcher pods of the default group.
+    let out = apply(&w, &[pod("d-0", "shop", "default"), pod("d-1", "shop", "default")].concat()).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let pool = w.pool.clone();
+    eventually(Duration::from_secs(60), "every example's rows and shards", || {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT c.name, count(s.*) FROM highwater.consumers c
+                   LEFT JOIN highwater.consumer_shards s ON s.consumer = c.name GROUP BY c.name ORDER BY c.name",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            rows == vec![
+                ("cache-invalidation".to_owned(), 2),
+                ("live-orders".to_owned(), 2),
+                ("order-audit-log".to_owned(), 1),
+                ("order-projection".to_owned(), 1),
+                ("order-webhook".to_owned(), 1),
+            ]
+        }
+    })
+    .await;
+
+    let mut tx = w.pool.begin().await.unwrap();
+    append(&mut tx, &NewEvent::new("order", "1", "OrderPlaced", json!({"order_id": "1", "total": 3.5}))).await.unwrap();
+    tx.commit().await.unwrap();
+    eventually(Duration::from_secs(30), "lag shown for the undelivered event", || async {
+        let t = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap_or_default();
+        t.lines().any(|l| l.starts_with("order-webhook") && l.split_whitespace().nth(3) == Some("1"))
+    })
+    .await;
+    let table = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap();
+    println!("{table}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, vec!["NAME", "DELIVERY", "STATUS", "LAG", "AGE"]);
+    for (name, delivery) in
+        [("live-orders", "PerInstance"), ("order-projection", "Shared"), ("order-webhook", "Shared")]
+    {
+        let row = table.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} missing:\n{table}"));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[1], delivery, "{row}");
+        assert_eq!(cols[2], "Ready", "{row}");
+    }
+    let ec =
+        w.cp.kubectl_ok(["get", "ec", "live-orders", "-n", "shop", "-o", "jsonpath={.status.totalLag}"]).await.unwrap();
+    assert_eq!(ec, "2", "one undelivered event on each of the two instances");
+}
