@@ -287,3 +287,24 @@ async fn cli_prune_requires_stream_types_and_reports() {
     assert_eq!(code, 1);
     assert!(err.contains("audit/__shared__") && err.contains("consumer disable"), "{err}");
 }
+
+/// The contrast for the pre-registration invariant (like the naive reader in delivery.rs): a
+/// shard registered lazily, after a prune that did not see it, has lost the events it was meant
+/// to start from. `prune_refuses_while_a_starting_dispatcher_delivers` shows the same prune
+/// refused when the dispatcher registers before its first pass, as it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pre_registration_a_racing_prune_would_lose_events() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("late", "delivery: PerInstance\nstartFrom: earliest\nsink: {log: {}}")).await;
+    let ids = old_events(&db.pool, "order", 3, 40).await;
+    // No dispatcher has registered yet: nothing blocks the prune.
+    retention::prune(&db.pool, &opts(&["order"])).await.unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    highwater::shards::register(&mut conn, "late", "pod-1", None).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.events WHERE id = ANY($1)")
+        .bind(&ids)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a shard registered after the prune starts where its events no longer are");
+}
