@@ -183,6 +183,12 @@ async fn helm_installed_release_scales_down_and_the_operator_removes_the_shards(
     let runner = PodRunner::start(&cp, &programs, &cp.dir().join("pods")).unwrap();
 
     cp.kubectl_ok(["create", "namespace", NS]).await.unwrap();
+    // The API server enforces the restricted Pod Security Standard here: every pod of the chart
+    // must be admitted under it, or the Deployments get no pods and the test times out.
+    cp.kubectl_ok(["label", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"]).await.unwrap();
+    let refused = cp.kubectl(["run", "unconfined", "--image=busybox", "-n", NS]).await.unwrap();
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("violates PodSecurity"), "restricted is enforced: {why}");
     cp.kubectl_ok(["create", "secret", "generic", "hw-db", "-n", NS, &format!("--from-literal=url={url}")])
         .await
         .unwrap();
