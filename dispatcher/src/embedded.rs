@@ -84,6 +84,24 @@ pub fn find_bindir() -> Result<PathBuf> {
     })
 }
 
+/// Sends `signal`, waits up to `grace` for the child to exit, then kills it; returns how it
+/// exited.
+pub fn stop_child(child: &mut Child, signal: Signal, grace: Duration) -> Option<std::process::ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    let _ = kill(Pid::from_raw(child.id() as i32), signal);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait().ok()
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(Error::io("binding a free port"))?;
@@ -222,17 +240,7 @@ impl EmbeddedPostgres {
     /// Stops the server (fast shutdown: open transactions are rolled back) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let pid = Pid::from_raw(child.id() as i32);
-            let _ = kill(pid, Signal::SIGINT);
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            stop_child(&mut child, Signal::SIGINT, Duration::from_secs(15));
         }
     }
 

@@ -146,8 +146,13 @@ impl Metrics {
 
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
-        out
+        encode(&self.registry)
     }
+}
+
+/// A registry as OpenMetrics text (the dispatcher's and the operator's).
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
+    out
 }

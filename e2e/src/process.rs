@@ -163,20 +163,9 @@ impl Process {
 
     /// SIGTERM, then SIGKILL after a grace period; waits for the exit. Idempotent.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
+        if let Some(mut child) = self.child.take() {
+            highwater::embedded::stop_child(&mut child, Signal::SIGTERM, STOP_GRACE);
         }
-        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 

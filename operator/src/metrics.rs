@@ -72,9 +72,7 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
-        out
+        highwater::metrics::encode(&self.registry)
     }
 }
 
