@@ -368,6 +368,22 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     Ok(r.try_get::<i64, _>(0)? == 1)
 }
 
+/// Records why a consumer cannot run here (a sink that cannot be built, say) where `consumer
+/// status` shows it; the cursor and attempts are untouched, and the next delivery clears it.
+pub async fn note_error(pool: &PgPool, consumer: &str, instance: &str, error: &str) -> Result<()> {
+    let error: String = error.chars().take(2000).collect();
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET last_error = $3, updated_at = now()
+          WHERE consumer = $1 AND instance_id = $2 AND last_error IS DISTINCT FROM $3",
+    )
+    .bind(consumer)
+    .bind(instance)
+    .bind(&error)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// Marks this instance's shards alive, for `consumer gc` outside Kubernetes.
 pub async fn heartbeat(pool: &PgPool, instance: &str) -> Result<()> {
     sqlx::query("UPDATE highwater.consumer_shards SET heartbeat_at = now() WHERE instance_id = $1")

@@ -455,3 +455,79 @@ async fn redelivery_after_sigkill_carries_the_same_webhook_id() {
     assert_eq!(again[1].header("webhook-id"), got[0].header("webhook-id"), "the receiver can deduplicate on it");
     assert_eq!(again[1].body, got[0].body, "the same body, byte for byte");
 }
+
+/// Under `--webhook-block-private` a loopback receiver is refused, whether the URL names it by
+/// address (refused when the sink is built: the consumer waits, no attempt is spent) or by name
+/// (refused at connect time, after the lookup: each try is a failed attempt). Nothing reaches the
+/// receiver and nothing is lost: once the dispatcher allows the range, every event is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_targets_are_refused_under_block_private_until_allowed() {
+    let db = setup(&["OrderPlaced"]).await;
+    let rx = Receiver::start().await;
+    let port = rx.addr.port();
+    let spec = |url: String| {
+        format!(
+            "delivery: Shared\nmaxAttempts: 1000\nbackoff: {{initial: 50ms, max: 200ms}}\nsink: {{webhook: {{url: '{url}'}}}}"
+        )
+    };
+    apply(
+        &db.pool,
+        &[
+            consumer("by-address", &spec(rx.url("address"))),
+            consumer("by-name", &spec(format!("http://localhost:{port}/hook/name"))),
+        ]
+        .concat(),
+    )
+    .await;
+    for _ in 0..3 {
+        append_one(&db.pool, json!({}), None).await;
+    }
+    let logs = tempfile::tempdir().unwrap();
+    let blocked =
+        Dispatcher::start_with_env(&db.url, "p0", logs.path(), &[("HIGHWATER_WEBHOOK_BLOCK_PRIVATE", "true")]);
+
+    let s = wait_shard(&db.pool, "by-address", "the refusal on the shard", |s| s.last_error.is_some()).await;
+    let e = s.last_error.clone().unwrap();
+    assert!(e.contains("127.0.0.1") && e.contains("--webhook-block-private") && e.contains("fix:"), "{s:?}");
+    assert_eq!((s.attempts, s.delivered, s.status.as_str()), (0, 0, "idle"), "no attempt spent: {s:?}");
+    let s = wait_shard(&db.pool, "by-name", "a refused attempt", |s| s.attempts >= 2).await;
+    let e = s.last_error.clone().unwrap();
+    assert!(e.contains("webhook target localhost") && e.contains("--webhook-allow"), "{s:?}");
+    assert_eq!(s.delivered, 0);
+    assert!(rx.received("address").is_empty() && rx.received("name").is_empty(), "a request got through");
+    assert_eq!(blocked.terminate(Duration::from_secs(15)), Some(0));
+
+    let _allowed = Dispatcher::start_with_env(
+        &db.url,
+        "p0",
+        logs.path(),
+        &[("HIGHWATER_WEBHOOK_BLOCK_PRIVATE", "true"), ("HIGHWATER_WEBHOOK_ALLOW", "127.0.0.0/8,::1")],
+    );
+    rx.wait_requests("address", 3, Duration::from_secs(30)).await;
+    rx.wait_requests("name", 3, Duration::from_secs(30)).await;
+    for c in ["by-address", "by-name"] {
+        let s = wait_shard(&db.pool, c, "every event delivered", |s| s.delivered == 3).await;
+        assert_eq!((s.attempts, s.last_error), (0, None), "{c}");
+    }
+}
+
+/// An allow list admits the hosts it names and nothing else, before any request is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_list_refuses_every_other_host() {
+    let db = setup(&["OrderPlaced"]).await;
+    let rx = Receiver::start().await;
+    apply(
+        &db.pool,
+        &consumer("elsewhere", &format!("delivery: Shared\nsink: {{webhook: {{url: '{}'}}}}", rx.url("x"))),
+    )
+    .await;
+    append_one(&db.pool, json!({}), None).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d =
+        Dispatcher::start_with_env(&db.url, "p0", logs.path(), &[("HIGHWATER_WEBHOOK_ALLOW", "hooks.example.com")]);
+    let s = wait_shard(&db.pool, "elsewhere", "the refusal on the shard", |s| s.last_error.is_some()).await;
+    assert!(s.last_error.as_deref().unwrap().contains("not in this dispatcher's --webhook-allow list"), "{s:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rx.received("x").is_empty());
+    assert_eq!(shard(&db.pool, "elsewhere").await.delivered, 0);
+}

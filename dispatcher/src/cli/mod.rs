@@ -99,6 +99,14 @@ pub struct DispatchArgs {
     /// from HIGHWATER_SSE_TOKENS (comma-separated), kept out of the command line.
     #[arg(long, env = "HIGHWATER_SSE_TOKENS_FILE")]
     pub sse_tokens_file: Option<PathBuf>,
+    /// Hosts webhook sinks may reach: a name (hooks.example.com), a wildcard (*.example.com), an
+    /// address or a network (10.0.0.0/8); repeat or separate with commas. Unset: any host.
+    #[arg(long = "webhook-allow", env = "HIGHWATER_WEBHOOK_ALLOW", value_delimiter = ',')]
+    pub webhook_allow: Vec<String>,
+    /// Refuse webhook targets on private, loopback and link-local addresses (cloud metadata
+    /// included) unless --webhook-allow names them.
+    #[arg(long, env = "HIGHWATER_WEBHOOK_BLOCK_PRIVATE")]
+    pub webhook_block_private: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -192,6 +200,8 @@ pub async fn run(cli: Cli) -> Result<()> {
                 std::env::var("HIGHWATER_SSE_TOKENS").ok().as_deref(),
                 a.sse_tokens_file.as_deref(),
             )?;
+            cfg.webhook_targets =
+                std::sync::Arc::new(crate::sink::TargetPolicy::new(&a.webhook_allow, a.webhook_block_private)?);
             dispatch::run(pool, cfg, shutdown).await?;
         }
         Command::Consumer(c) => {

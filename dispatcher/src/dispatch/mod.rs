@@ -40,6 +40,8 @@ pub struct DispatchConfig {
     pub metrics_interval: Duration,
     /// Bearer tokens SSE clients must present.
     pub sse_tokens: sse::Tokens,
+    /// Which hosts webhook sinks may reach.
+    pub webhook_targets: Arc<sink::TargetPolicy>,
     pub startup: Startup,
 }
 
@@ -68,6 +70,7 @@ impl DispatchConfig {
             listen: None,
             metrics_interval: Duration::from_secs(5),
             sse_tokens: sse::Tokens::default(),
+            webhook_targets: Arc::default(),
             startup: Startup::default(),
         }
     }
@@ -262,6 +265,10 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(consumer = %d.name, error = %e, "cannot run consumer; its events wait");
+                let note = format!("cannot run on {}: {e}", cfg.instance_id);
+                if let Err(e) = shards::note_error(pool, &d.name, shard_instance(cfg, &d), &note).await {
+                    tracing::warn!(consumer = %d.name, error = %e, "cannot record the error on the shard");
+                }
                 continue;
             }
         };
@@ -293,7 +300,7 @@ async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::Shard
             let buffer = s.buffer.map_or(sse::DEFAULT_BUFFER, |b| b as usize).max(d.spec.batch_size as usize);
             env.hub.sink(&d.name, &d.spec.event_types, buffer).await
         }
-        None => sink::build(&d.spec)?,
+        None => sink::build(&d.spec, &env.cfg.webhook_targets)?,
     };
     Ok(pass::ShardCtx {
         pool: env.pool.clone(),

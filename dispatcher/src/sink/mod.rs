@@ -16,7 +16,7 @@ mod webhook;
 
 pub use log::LogSink;
 pub use sql::SqlSink;
-pub use webhook::WebhookSink;
+pub use webhook::{TargetPolicy, WebhookSink};
 
 /// Who is delivering, and for transactional sinks the open transaction.
 pub struct DeliveryContext<'a> {
@@ -52,7 +52,7 @@ pub fn idempotency_key(consumer: &str, event_id: i64) -> String {
 
 /// Builds the sink a spec declares. The `sse` sink is not built here: it needs the dispatcher's
 /// HTTP server (see `crate::sse::Hub::sink`).
-pub fn build(spec: &ConsumerSpec) -> Result<Arc<dyn Sink>> {
+pub fn build(spec: &ConsumerSpec, webhook_targets: &Arc<TargetPolicy>) -> Result<Arc<dyn Sink>> {
     if let Some(s) = &spec.sink.sql {
         return Ok(Arc::new(SqlSink::new(s)?));
     }
@@ -60,7 +60,7 @@ pub fn build(spec: &ConsumerSpec) -> Result<Arc<dyn Sink>> {
         return Ok(Arc::new(LogSink::new(s)?));
     }
     if let Some(s) = &spec.sink.webhook {
-        return Ok(Arc::new(WebhookSink::new(s)?));
+        return Ok(Arc::new(WebhookSink::new(s, webhook_targets)?));
     }
     Err(Error::Refused("the consumer declares no sink".into()))
 }

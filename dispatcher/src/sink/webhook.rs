@@ -3,6 +3,7 @@
 use std::{
     error::Error as _,
     io,
+    sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -18,9 +19,11 @@ use super::{DeliveryContext, Sink, SinkError, envelope::Envelope, idempotency_ke
 use crate::{Error, Event, Result};
 
 mod signature;
+mod targets;
 mod trace;
 
 use signature::SigningKey;
+pub use targets::TargetPolicy;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest excerpt of a failed response's body kept in the error (and so in `last_error`).
@@ -92,17 +95,23 @@ fn checked(spec: &WebhookSinkSpec) -> Result<Checked> {
 }
 
 impl WebhookSink {
-    pub fn new(spec: &WebhookSinkSpec) -> Result<Self> {
+    pub fn new(spec: &WebhookSinkSpec, policy: &Arc<TargetPolicy>) -> Result<Self> {
         let Checked { url, timeout, headers } = checked(spec)?;
         let key = spec.secret.as_ref().map(SigningKey::load).transpose()?;
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .default_headers(headers)
             .timeout(timeout)
             // A 3xx is a failed attempt (Standard Webhooks): following it would send the signed
             // event somewhere the definition does not name.
-            .redirect(redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::Config(format!("sink.webhook: cannot build the HTTP client: {e}")))?;
+            .redirect(redirect::Policy::none());
+        if !policy.is_open() {
+            let host = url.host_str().unwrap_or_default();
+            policy.check_url_host(host).map_err(|e| Error::Config(format!("sink.webhook.url: {e}")))?;
+            // A proxy would resolve the name itself, out of the policy's sight.
+            client = client.dns_resolver(Arc::new(targets::GuardedResolver(policy.clone()))).no_proxy();
+        }
+        let client =
+            client.build().map_err(|e| Error::Config(format!("sink.webhook: cannot build the HTTP client: {e}")))?;
         Ok(WebhookSink { client, url, batch: spec.batch, timeout, key })
     }
 
@@ -195,6 +204,13 @@ fn excerpt(body: &[u8]) -> String {
 /// causes. The URL is stripped: webhook URLs often embed a token.
 fn transport_error(e: reqwest::Error, timeout: Duration, https: bool) -> String {
     let e = e.without_url();
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<targets::Refused>() {
+            return format!("webhook: {refused}");
+        }
+        source = s.source();
+    }
     let io_kind = io_kind(&e);
     let what = if e.is_timeout() || io_kind == Some(io::ErrorKind::TimedOut) {
         format!("timed out after {}", humantime::format_duration(timeout))
@@ -292,7 +308,7 @@ mod tests {
                 let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").await;
             }
         });
-        let sink = WebhookSink::new(&spec(&format!("https://127.0.0.1:{port}/hook"))).unwrap();
+        let sink = WebhookSink::new(&spec(&format!("https://127.0.0.1:{port}/hook")), &Arc::default()).unwrap();
         let err = sink.post("c:1", b"{}".to_vec(), None).await.unwrap_err();
         assert!(err.starts_with("webhook: TLS failure"), "{err}");
         assert!(!err.contains("127.0.0.1"), "the URL is not repeated: {err}");
