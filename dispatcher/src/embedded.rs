@@ -233,6 +233,27 @@ impl EmbeddedPostgres {
         Ok(self.url_for(name))
     }
 
+    /// A superuser `role` that must log in over TCP with `password` (scram-sha-256; every other
+    /// role keeps trust), and the URL that does. For tests of how passwords are handled.
+    pub async fn create_password_login(&self, role: &str, password: &str) -> Result<String> {
+        // Both go into SQL, pg_hba.conf and the URL verbatim.
+        if !role.chars().chain(password.chars()).all(|c| c.is_ascii_alphanumeric()) {
+            return Err(Error::Config("create_password_login: role and password must be alphanumeric".into()));
+        }
+        let pool = sqlx::PgPool::connect(&self.url()).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")))
+            .execute(&pool)
+            .await?;
+        let hba: String = sqlx::query_scalar("SHOW hba_file").fetch_one(&pool).await?;
+        let rules = std::fs::read_to_string(&hba).map_err(Error::io("reading pg_hba.conf"))?;
+        // pg_hba.conf is first match: the password rule goes before the trust rules.
+        std::fs::write(&hba, format!("host all {role} 127.0.0.1/32 scram-sha-256\n{rules}"))
+            .map_err(Error::io("writing pg_hba.conf"))?;
+        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await?;
+        pool.close().await;
+        Ok(format!("postgres://{role}:{password}@127.0.0.1:{}/postgres", self.port))
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root().join("postgres.log")).unwrap_or_default()
     }

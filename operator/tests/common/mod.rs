@@ -62,6 +62,11 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(w: &World, identity: &str, leader_election: bool) -> Operator {
+        Self::start_with_url(w, identity, leader_election, &w.url)
+    }
+
+    /// Against the database at `url` (another role, an unreachable port).
+    pub fn start_with_url(w: &World, identity: &str, leader_election: bool, url: &str) -> Operator {
         let port = free_port().unwrap();
         let log = w.logs.path().join(format!("{identity}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
@@ -69,7 +74,7 @@ impl Operator {
             .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "2s", "--status-interval", "1s"])
             .args(["--leader-election", if leader_election { "true" } else { "false" }])
             .env("KUBECONFIG", w.cp.kubeconfig_path())
-            .env("DATABASE_URL", &w.url)
+            .env("DATABASE_URL", url)
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", "default")
             .env("HIGHWATER_LOG", "info,kube=warn,sqlx=warn")
