@@ -162,6 +162,19 @@ mod tests {
     }
 
     #[test]
+    fn hostile_consumer_names_are_refused_with_the_rule() {
+        let long = "a".repeat(64);
+        for name in ["", "x'; DROP TABLE highwater.events; --", "../etc", "a\"b", "a b", "-a", "a-", "Ünïcode", &long]
+        {
+            let e = validate_consumer_name(name).unwrap_err();
+            assert!(e.contains("1-63 lowercase letters, digits and '-'"), "{name:?}: {e}");
+        }
+        for name in ["a", "order-projection", &"a".repeat(63)] {
+            assert!(validate_consumer_name(name).is_ok(), "{name:?}");
+        }
+    }
+
+    #[test]
     fn unknown_fields_are_refused() {
         let r: Result<ConsumerSpec, _> = serde_json::from_value(serde_json::json!({
             "delivery": "Shared", "maxAttempt": 3, "sink": {"log": {}}
