@@ -160,6 +160,15 @@ async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
     assert_eq!(seen(&db.pool).await, vec![ids[0], ids[2], later], "only the poison event is missing");
     let s = shard(&db.pool, "a", "__shared__").await;
     assert_eq!((s.status.as_str(), s.attempts, s.failing), ("idle", 0, None));
+    let parked: Vec<(String, i64, i32, String)> = sqlx::query_as(
+        "SELECT instance_id, event_id, attempts, error FROM highwater.dead_letters WHERE consumer = 'a'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(parked.len(), 1, "the skipped event is parked as a dead letter: {parked:?}");
+    assert_eq!((parked[0].0.as_str(), parked[0].1), ("__shared__", ids[1]));
+    assert!(parked[0].2 >= 1 && parked[0].3.ends_with("(skipped by an operator)"), "{parked:?}");
 
     let m = refused(ops::skip(&db.pool, "a", None, None).await);
     assert!(m.contains("has no failing event") && m.contains("rewind"), "{m}");

@@ -125,6 +125,7 @@ pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: R
               status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
         join_event: false,
+        park: false,
         event_id: None,
         target: Some(at),
         action: Action::Rewound { to: to.to_string() },

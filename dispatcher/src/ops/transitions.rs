@@ -73,6 +73,8 @@ pub(super) struct Change {
     pub set: &'static str,
     /// Joins `e`, the shard's failing event (skip needs its position).
     pub join_event: bool,
+    /// Records the failing event in `dead_letters` (skip).
+    pub park: bool,
     pub event_id: Option<i64>,
     pub target: Option<Position>,
     pub action: Action,
@@ -99,18 +101,34 @@ pub(super) async fn execute(
     } else {
         ""
     };
+    // A skipped event is parked in dead_letters with its last error, as errorMode skip does.
+    let park = if change.park {
+        ", parked AS (
+             INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
+             SELECT consumer, instance_id, failing_event_id, prev_attempts,
+                    coalesce(prev_error, 'no error recorded') || ' (skipped by an operator)'
+               FROM upd
+             ON CONFLICT DO NOTHING)"
+    } else {
+        ""
+    };
     let sql = format!(
         "WITH prev AS (
-             SELECT s.consumer, s.instance_id, s.status, s.cursor_tx, s.cursor_id, s.failing_event_id
+             SELECT s.consumer, s.instance_id, s.status, s.cursor_tx, s.cursor_id, s.failing_event_id,
+                    s.attempts, s.last_error
                FROM highwater.consumer_shards s
               WHERE s.consumer = $1 AND ($2::text IS NULL OR s.instance_id = $2) AND ({applies})
-                FOR UPDATE)
-         UPDATE highwater.consumer_shards s SET {set}, updated_at = now()
-           FROM prev {join}
-          WHERE s.consumer = prev.consumer AND s.instance_id = prev.instance_id
-         RETURNING s.instance_id, prev.status AS from_status, s.status AS to_status,
-                   prev.cursor_tx::text AS from_tx, prev.cursor_id AS from_id,
-                   s.cursor_tx::text AS to_tx, s.cursor_id AS to_id, prev.failing_event_id",
+                FOR UPDATE),
+         upd AS (
+             UPDATE highwater.consumer_shards s SET {set}, updated_at = now()
+               FROM prev {join}
+              WHERE s.consumer = prev.consumer AND s.instance_id = prev.instance_id
+             RETURNING s.consumer, s.instance_id, prev.status AS from_status, s.status AS to_status,
+                       prev.cursor_tx::text AS from_tx, prev.cursor_id AS from_id,
+                       s.cursor_tx::text AS to_tx, s.cursor_id AS to_id, prev.failing_event_id,
+                       prev.attempts AS prev_attempts, prev.last_error AS prev_error)
+         {park}
+         SELECT * FROM upd",
         applies = change.applies,
         set = change.set,
     );
@@ -162,6 +180,7 @@ pub async fn restart(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
         applies: "s.status = 'dead'",
         set: "status = 'idle', attempts = 0, next_attempt_at = NULL",
         join_event: false,
+        park: false,
         event_id: None,
         target: None,
         action: Action::Restarted,
@@ -200,6 +219,7 @@ pub async fn skip(
               status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
         join_event: true,
+        park: true,
         event_id: event,
         target: None,
         action: Action::Skipped { event_id: 0 },
@@ -234,6 +254,7 @@ pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
         applies: "s.status <> 'disabled'",
         set: "status = 'disabled'",
         join_event: false,
+        park: false,
         event_id: None,
         target: None,
         action: Action::Disabled,
@@ -249,6 +270,7 @@ pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Re
         applies: "s.status = 'disabled'",
         set: "status = 'idle'",
         join_event: false,
+        park: false,
         event_id: None,
         target: None,
         action: Action::Enabled,
