@@ -12,7 +12,7 @@ pub use crd::crd_yaml;
 pub use reference::{BEGIN as REFERENCE_BEGIN, END as REFERENCE_END, reference_markdown};
 pub use spec::*;
 pub use status::*;
-pub use validate::{MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, SpecError, validate_consumer_name};
+pub use validate::{MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, RESERVED_WEBHOOK_HEADERS, SpecError, validate_consumer_name};
 
 /// API group and version of the `EventConsumer` resource; YAML files use the same header.
 pub const API_VERSION: &str = "highwater.dev/v1alpha1";

@@ -4,6 +4,22 @@ use crate::{ConsumerSpec, Delivery};
 
 pub const MAX_MAX_ATTEMPTS: u32 = 1000;
 pub const MAX_BATCH_SIZE: u32 = 10_000;
+/// Headers the webhook sink sets itself; a definition that set one would contradict them.
+pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "traceparent",
+];
+
+/// An HTTP header name is a token (RFC 9110, section 5.1).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
 
 /// Everything wrong with a definition, each with the field it concerns and the fix.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -102,6 +118,18 @@ impl ConsumerSpec {
             {
                 problems.push("sink.webhook.secret: set exactly one of env, file".to_owned());
             }
+            for (header, value) in &w.headers {
+                if !is_header_name(header) {
+                    problems.push(format!("sink.webhook.headers: {header:?} is not a valid header name"));
+                } else if RESERVED_WEBHOOK_HEADERS.contains(&header.to_ascii_lowercase().as_str()) {
+                    problems
+                        .push(format!("sink.webhook.headers: {header:?} is set by the webhook sink itself; remove it"));
+                }
+                // The value is not quoted: headers often carry tokens.
+                if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+                    problems.push(format!("sink.webhook.headers: the value of {header:?} has control characters"));
+                }
+            }
         }
         if self.sink.sse.is_some() && self.delivery != Delivery::PerInstance {
             problems.push(
@@ -159,6 +187,27 @@ mod tests {
         s.sink.sql = Some(SqlSink { statement: " ".into(), role: None, timeout: Some("soon".into()) });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
+    }
+
+    #[test]
+    fn webhook_headers_are_checked_at_validation() {
+        let mut s = spec();
+        s.sink.sql = None;
+        s.sink.webhook = Some(crate::WebhookSink {
+            url: "https://hooks.example.com/x".into(),
+            batch: false,
+            timeout: None,
+            secret: None,
+            headers: [("Webhook-Signature", "x"), ("bad header", "x"), ("x-token", "a\nb"), ("x-team", "billing")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        });
+        let e = s.validate("hook").unwrap_err().to_string();
+        assert!(e.contains("\"Webhook-Signature\" is set by the webhook sink itself"), "{e}");
+        assert!(e.contains("\"bad header\" is not a valid header name"), "{e}");
+        assert!(e.contains("the value of \"x-token\" has control characters"), "{e}");
+        assert!(!e.contains("x-team") && !e.contains("a\nb"), "{e}");
     }
 
     #[test]

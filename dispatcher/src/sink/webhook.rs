@@ -31,17 +31,6 @@ const EXCERPT_CHARS: usize = 200;
 /// Response bytes read at most: enough for the excerpt and to reuse the connection after the
 /// usual short answer; a longer body is dropped with its connection.
 const READ_CAP: usize = 64 * 1024;
-/// Headers the sink sets itself; a spec header with one of these names would contradict them.
-const RESERVED: [&str; 8] = [
-    "content-type",
-    "content-length",
-    "host",
-    "transfer-encoding",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "traceparent",
-];
 
 pub struct WebhookSink {
     client: reqwest::Client,
@@ -79,7 +68,7 @@ fn checked(spec: &WebhookSinkSpec) -> Result<Checked> {
     for (name, value) in &spec.headers {
         let header = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| Error::Config(format!("sink.webhook.headers: {name:?} is not a valid header name")))?;
-        if RESERVED.contains(&header.as_str()) {
+        if highwater_crds::RESERVED_WEBHOOK_HEADERS.contains(&header.as_str()) {
             return Err(Error::Config(format!(
                 "sink.webhook.headers: {name:?} is set by the webhook sink itself; remove it"
             )));
