@@ -169,6 +169,24 @@ async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
     assert_eq!(parked.len(), 1, "the skipped event is parked as a dead letter: {parked:?}");
     assert_eq!((parked[0].0.as_str(), parked[0].1), ("__shared__", ids[1]));
     assert!(parked[0].2 >= 1 && parked[0].3.ends_with("(skipped by an operator)"), "{parked:?}");
+    let out = std::process::Command::new(bin())
+        .args(["consumer", "dead-letters", "a", "--output", "json"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!((listed[0]["event_id"].as_i64(), listed[0]["event_type"].as_str()), (Some(ids[1]), Some("Tick")));
+    let out = std::process::Command::new(bin())
+        .args(["consumer", "dead-letters"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.starts_with("a ") && l.contains("skipped by an operator")),
+        "{table}"
+    );
 
     let m = refused(ops::skip(&db.pool, "a", None, None).await);
     assert!(m.contains("has no failing event") && m.contains("rewind"), "{m}");

@@ -33,6 +33,13 @@ pub enum ConsumerCmd {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Events given up on (`errorMode: skip`) or skipped by an operator, with their errors.
+    DeadLetters {
+        /// Only this consumer's.
+        name: Option<String>,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Delete a consumer and its cursors.
     Delete { name: String },
     /// Resume a dead shard: retry its failing event with a fresh attempt count (cursor kept).
@@ -134,6 +141,13 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             }
             print_status(&rows, output)?;
         }
+        ConsumerCmd::DeadLetters { name, output } => {
+            let rows = ops::dead_letters(pool, name.as_deref()).await?;
+            match output {
+                Output::Table => print!("{}", ops::render_dead_letters(&rows)),
+                Output::Json => println!("{}", to_json(&rows)?),
+            }
+        }
         ConsumerCmd::Delete { name } => {
             definitions::delete(pool, &name).await?;
             println!("eventconsumer/{name} deleted");
@@ -165,7 +179,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
 fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
     match output {
         Output::Table => print!("{}", ops::render_table(rows)),
-        Output::Json => println!("{}", serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))?),
+        Output::Json => println!("{}", to_json(rows)?),
     }
     Ok(())
 }
@@ -180,4 +194,8 @@ fn print_all<T: std::fmt::Display>(changes: impl IntoIterator<Item = T>) {
     for c in changes {
         println!("{c}");
     }
+}
+
+fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
+    serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))
 }
