@@ -25,6 +25,18 @@ impl Position {
     }
 }
 
+/// `{"tx": "733", "id": 16}`: the transaction id as text, as `consumer status` prints `cursor_tx`
+/// (an `xid8` may exceed what JSON numbers carry exactly).
+impl serde::Serialize for Position {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Position", 2)?;
+        st.serialize_field("tx", &self.tx_text())?;
+        st.serialize_field("id", &self.id)?;
+        st.end()
+    }
+}
+
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.tx, self.id)

@@ -554,6 +554,18 @@ async fn cli_prints_each_change_and_refuses_with_the_reason() {
     assert_eq!((code, out.as_str()), (0, "eventconsumer/a disabled (instance __shared__; was idle)\n"));
     let (code, out, _) = cli(u, &["consumer", "enable", "a", "--instance", "__shared__"]);
     assert_eq!((code, out.as_str()), (0, "eventconsumer/a enabled (instance __shared__)\n"));
+    // For scripts: the same change as JSON.
+    let (code, out, _) = cli(u, &["consumer", "disable", "a", "--output", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v[0]["consumer"].as_str(), v[0]["instance_id"].as_str(), v[0]["action"].as_str()),
+        (Some("a"), Some("__shared__"), Some("disabled"))
+    );
+    assert_eq!((v[0]["from_status"].as_str(), v[0]["to_status"].as_str()), (Some("idle"), Some("disabled")));
+    assert_eq!(v[0]["cursor_after"]["tx"].as_str(), Some("0"), "{v}");
+    let (code, _, _) = cli(u, &["consumer", "enable", "a"]);
+    assert_eq!(code, 0);
 
     let (code, out, err) = cli(u, &["consumer", "restart", "a"]);
     assert_eq!((code, out.as_str()), (1, ""));

@@ -100,6 +100,9 @@ pub struct Target {
     /// shard the command applies to of a PerInstance one).
     #[arg(long)]
     pub instance: Option<String>,
+    /// `json`: one array of the changes made, for scripts.
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub output: Output,
 }
 
 pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
@@ -152,11 +155,21 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             definitions::delete(pool, &name).await?;
             println!("eventconsumer/{name} deleted");
         }
-        ConsumerCmd::Restart { name, target } => print_all(ops::restart(pool, &name, target.get()).await?),
-        ConsumerCmd::Skip { name, event, target } => print_all(ops::skip(pool, &name, target.get(), event).await?),
-        ConsumerCmd::Disable { name, target } => print_all(ops::disable(pool, &name, target.get()).await?),
-        ConsumerCmd::Enable { name, target } => print_all(ops::enable(pool, &name, target.get()).await?),
-        ConsumerCmd::Rewind { name, to, target } => print_all(ops::rewind(pool, &name, target.get(), to).await?),
+        ConsumerCmd::Restart { name, target } => {
+            print_changes(&ops::restart(pool, &name, target.get()).await?, target.output)?
+        }
+        ConsumerCmd::Skip { name, event, target } => {
+            print_changes(&ops::skip(pool, &name, target.get(), event).await?, target.output)?
+        }
+        ConsumerCmd::Disable { name, target } => {
+            print_changes(&ops::disable(pool, &name, target.get()).await?, target.output)?
+        }
+        ConsumerCmd::Enable { name, target } => {
+            print_changes(&ops::enable(pool, &name, target.get()).await?, target.output)?
+        }
+        ConsumerCmd::Rewind { name, to, target } => {
+            print_changes(&ops::rewind(pool, &name, target.get(), to).await?, target.output)?
+        }
         ConsumerCmd::Gc { name, stale_after, instance, include_managed } => {
             let o = ops::GcOptions { stale_after, consumer: name, instance, include_managed };
             let report = ops::gc(pool, &o).await?;
@@ -188,6 +201,14 @@ impl Target {
     fn get(&self) -> Option<&str> {
         self.instance.as_deref()
     }
+}
+
+fn print_changes(changes: &[ops::Transition], output: Output) -> Result<()> {
+    match output {
+        Output::Table => print_all(changes),
+        Output::Json => println!("{}", to_json(changes)?),
+    }
+    Ok(())
 }
 
 fn print_all<T: std::fmt::Display>(changes: impl IntoIterator<Item = T>) {

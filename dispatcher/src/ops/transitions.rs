@@ -12,10 +12,11 @@ use super::scope::{self, Scope, ShardState};
 use crate::{Error, Position, Result, shards::Status};
 
 /// What a command did to one shard.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Transition {
     pub consumer: String,
     pub instance_id: String,
+    #[serde(flatten)]
     pub action: Action,
     pub from_status: Status,
     pub to_status: Status,
@@ -23,7 +24,8 @@ pub struct Transition {
     pub cursor_after: Position,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
 pub enum Action {
     Restarted,
     Skipped {
