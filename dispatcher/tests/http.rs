@@ -84,6 +84,8 @@ async fn metrics_match_what_was_delivered() {
     let s = scrape(port).await;
     let ok = [("consumer", "ok"), ("instance_id", "__shared__")];
     assert_eq!(value(&s, "highwater_events_processed_total", &ok), Some(25.0));
+    // Counters exist at 0 before their first increment, so rate() sees that increment.
+    assert_eq!(value(&s, "highwater_events_failed_total", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_consumer_lag_events", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_consumer_lag_seconds", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_delivery_latency_seconds_count", &ok), Some(25.0));
@@ -93,6 +95,7 @@ async fn metrics_match_what_was_delivered() {
     assert!(value(&s, "highwater_consumer_lag_seconds", &paused).unwrap() > 0.0);
     assert_eq!(value(&s, "highwater_shard_status", &[paused[0], ("status", "disabled")]), Some(1.0));
     assert_eq!(value(&s, "highwater_shard_status", &[paused[0], ("status", "idle")]), Some(0.0));
+    assert_eq!(value(&s, "highwater_events_processed_total", &paused), Some(0.0));
     let broken = [("consumer", "broken"), ("instance_id", "__shared__")];
     assert_eq!(value(&s, "highwater_events_failed_total", &broken), Some(2.0), "one per attempt");
     assert_eq!(value(&s, "highwater_shard_status", &[broken[0], ("status", "dead")]), Some(1.0));
