@@ -39,7 +39,7 @@ pub async fn operator_crds() -> Result<PathBuf> {
         Some(c) => PathBuf::from(c),
         None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache/highwater-e2e"),
     };
-    let out = tokio::process::Command::new("go")
+    let out = tokio::process::Command::new(go(&cache))
         .args(["mod", "download", "-json", OPERATOR_MODULE])
         .env("GOMODCACHE", cache.join("go/mod"))
         .env("GOFLAGS", "-mod=mod")
@@ -53,6 +53,25 @@ pub async fn operator_crds() -> Result<PathBuf> {
     let v: Value = serde_json::from_slice(&out.stdout)?;
     let dir = v["Dir"].as_str().with_context(|| format!("go mod download printed no Dir: {v}"))?;
     Ok(PathBuf::from(dir).join("example/prometheus-operator-crd"))
+}
+
+/// Go: the one on PATH, else the toolchain `e2e/control-plane/build.sh` fetched into the cache,
+/// else the usual install directory.
+fn go(cache: &Path) -> PathBuf {
+    let on_path =
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("go")).find(|p| p.is_file()));
+    let cached = || {
+        let dir = cache.join("go/toolchain/golang.org");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin/go")))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        found.pop()
+    };
+    on_path.or_else(cached).unwrap_or_else(|| PathBuf::from("/usr/local/go/bin/go"))
 }
 
 /// One scrape target of a `file_sd` file: an address and the target labels Prometheus attaches.
