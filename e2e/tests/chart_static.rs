@@ -44,7 +44,7 @@ const REQUIRED_ALERTS: [&str; 10] = [
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 17] = [
+const METRICS: [&str; 18] = [
     "highwater_consumer_lag_events",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
@@ -54,6 +54,7 @@ const METRICS: [&str; 17] = [
     "highwater_shard_status",
     "highwater_shard_attempts",
     "highwater_fence_age_seconds",
+    "highwater_stale_shard_heartbeat_age_seconds",
     "highwater_ready",
     "highwater_operator_reconciles_total",
     "highwater_operator_reconcile_errors_total",
