@@ -488,6 +488,40 @@ fn dashboards_have_units_descriptions_variables_and_a_recent_schema() {
     }
 }
 
+/// grafana/dashboard-linter's target-rate-interval and counter rules (the linter itself cannot be
+/// fetched here: docs/observability.md): every range of a `rate`, `irate` or `increase` is
+/// `$__rate_interval`, and every counter or histogram bucket is read through one of them.
+#[test]
+fn dashboard_rates_use_the_rate_interval_and_counters_are_never_shown_raw() {
+    for (f, d) in dashboards() {
+        for p in panels(&d) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"].as_str().unwrap_or_default();
+                let at = format!("{}: panel {}: {expr}", f.display(), p["title"]);
+                for (i, _) in expr.match_indices('[') {
+                    let range = &expr[i..=i + expr[i..].find(']').expect("a closed range")];
+                    // `[10m:30s]` is a subquery (deriv over a gauge), not a counter's rate.
+                    assert!(range == "[$__rate_interval]" || range.contains(':'), "{at}: range {range}");
+                }
+                for (i, _) in expr.match_indices("highwater_") {
+                    let name: String =
+                        expr[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if name.ends_with("_total") || name.ends_with("_bucket") {
+                        let rest = &expr[i + name.len()..];
+                        let selector = if rest.starts_with('{') { &rest[..=rest.find('}').unwrap()] } else { "" };
+                        let before = expr[..i].trim_end();
+                        assert!(
+                            rest[selector.len()..].starts_with("[$__rate_interval]")
+                                && ["rate(", "irate(", "increase("].iter().any(|f| before.ends_with(f)),
+                            "{at}: counter {name} must be read through rate/irate/increase over $__rate_interval"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn dashboard_queries_are_promql_that_promtool_accepts() {
     // Each query, with Grafana's variables filled in, becomes a recording rule for
