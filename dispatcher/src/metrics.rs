@@ -50,6 +50,7 @@ pub struct Metrics {
     pub shard_status: Family<StatusLabels, Gauge>,
     pub attempts: Family<ShardLabels, Gauge>,
     pub fence_age: Gauge<f64, AtomicU64>,
+    pub heartbeat_age: Family<ShardLabels, Gauge<f64, AtomicU64>>,
     pub ready: Gauge,
 }
 
@@ -74,6 +75,7 @@ impl Metrics {
             shard_status: Family::default(),
             attempts: Family::default(),
             fence_age: Gauge::default(),
+            heartbeat_age: Family::default(),
             ready: Gauge::default(),
             registry: Registry::default(),
         };
@@ -109,6 +111,11 @@ impl Metrics {
             "fence_age_seconds",
             "Age of the oldest transaction holding a transaction id: it holds the delivery fence back",
             m.fence_age.clone(),
+        );
+        registry.register(
+            "stale_shard_heartbeat_age_seconds",
+            "Heartbeat age of the group's per-instance shards whose instance stopped beating over a minute ago",
+            m.heartbeat_age.clone(),
         );
         registry.register(
             "ready",

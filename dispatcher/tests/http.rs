@@ -84,6 +84,8 @@ async fn metrics_match_what_was_delivered() {
     let s = scrape(port).await;
     let ok = [("consumer", "ok"), ("instance_id", "__shared__")];
     assert_eq!(value(&s, "highwater_events_processed_total", &ok), Some(25.0));
+    // Counters exist at 0 before their first increment, so rate() sees that increment.
+    assert_eq!(value(&s, "highwater_events_failed_total", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_consumer_lag_events", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_consumer_lag_seconds", &ok), Some(0.0));
     assert_eq!(value(&s, "highwater_delivery_latency_seconds_count", &ok), Some(25.0));
@@ -93,6 +95,7 @@ async fn metrics_match_what_was_delivered() {
     assert!(value(&s, "highwater_consumer_lag_seconds", &paused).unwrap() > 0.0);
     assert_eq!(value(&s, "highwater_shard_status", &[paused[0], ("status", "disabled")]), Some(1.0));
     assert_eq!(value(&s, "highwater_shard_status", &[paused[0], ("status", "idle")]), Some(0.0));
+    assert_eq!(value(&s, "highwater_events_processed_total", &paused), Some(0.0));
     let broken = [("consumer", "broken"), ("instance_id", "__shared__")];
     assert_eq!(value(&s, "highwater_events_failed_total", &broken), Some(2.0), "one per attempt");
     assert_eq!(value(&s, "highwater_shard_status", &[broken[0], ("status", "dead")]), Some(1.0));
@@ -107,6 +110,42 @@ async fn metrics_match_what_was_delivered() {
     let s = scrape(port).await;
     assert!(value(&s, "highwater_fence_age_seconds", &[]).unwrap() >= 1.0, "the open transaction is visible");
     long.rollback().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_groups_dispatchers_report_a_per_instance_shard_whose_instance_stopped() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("local", "delivery: PerInstance\nsink: {log: {target: stderr}}")).await;
+    let logs = tempfile::tempdir().unwrap();
+    let gone = Dispatcher::start_with_env(&db.url, "gone", logs.path(), FAST_METRICS);
+    let d = Dispatcher::start_with_env(&db.url, "m0", logs.path(), FAST_METRICS);
+    wait_registered(&db.pool, "local", 2).await;
+    let stale = |instance: &'static str| [("consumer", "local"), ("instance_id", instance)];
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let s = scrape(d.http_port).await;
+    assert_eq!(value(&s, "highwater_stale_shard_heartbeat_age_seconds", &stale("gone")), None, "both beat");
+    drop(gone);
+    // It stopped: its last heartbeat five minutes ago rather than waiting for one to age.
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET heartbeat_at = now() - interval '5 minutes' WHERE instance_id = 'gone'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let port = d.http_port;
+    wait_for(Duration::from_secs(10), "m0 to report gone's shard", || async move {
+        let s = scrape(port).await;
+        value(&s, "highwater_stale_shard_heartbeat_age_seconds", &stale("gone")).is_some_and(|age| age >= 300.0)
+    })
+    .await;
+    let s = scrape(d.http_port).await;
+    assert_eq!(value(&s, "highwater_stale_shard_heartbeat_age_seconds", &stale("m0")), None, "m0 itself beats");
+    // Once the shard is deleted (what the operator or `consumer gc` does), its series goes.
+    sqlx::query("DELETE FROM highwater.consumer_shards WHERE instance_id = 'gone'").execute(&db.pool).await.unwrap();
+    wait_for(Duration::from_secs(10), "the series to go with the shard", || async move {
+        value(&scrape(port).await, "highwater_stale_shard_heartbeat_age_seconds", &stale("gone")).is_none()
+    })
+    .await;
 }
 
 /// A minimal SSE reader: (id, data) of each event until `n` arrived or the stream ended.

@@ -16,7 +16,8 @@
 //! [`apiserver`], [`controller_manager`], [`scheduler`] and [`kwok`] know their component's flags,
 //! [`user`] is one identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them
 //! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
-//! charts.
+//! charts, [`prometheus`] runs a real Prometheus and queries it, [`pod_monitor`] turns a PodMonitor
+//! into its scrape targets.
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
@@ -29,8 +30,10 @@ pub mod helm;
 pub mod kubeconfig;
 pub mod kwok;
 pub mod pki;
+pub mod pod_monitor;
 pub mod pod_runner;
 pub mod process;
+pub mod prometheus;
 pub mod scheduler;
 pub mod user;
 pub mod wait;

@@ -44,7 +44,7 @@ const REQUIRED_ALERTS: [&str; 10] = [
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 17] = [
+const METRICS: [&str; 18] = [
     "highwater_consumer_lag_events",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
@@ -54,6 +54,7 @@ const METRICS: [&str; 17] = [
     "highwater_shard_status",
     "highwater_shard_attempts",
     "highwater_fence_age_seconds",
+    "highwater_stale_shard_heartbeat_age_seconds",
     "highwater_ready",
     "highwater_operator_reconciles_total",
     "highwater_operator_reconcile_errors_total",
@@ -482,6 +483,40 @@ fn dashboards_have_units_descriptions_variables_and_a_recent_schema() {
             for t in targets {
                 assert_eq!(t["datasource"]["uid"], "${datasource}", "{name}: panel {title:?} query datasource");
                 assert!(t["expr"].as_str().is_some_and(|e| e.contains("highwater_")), "{name}: {title:?}: {t}");
+            }
+        }
+    }
+}
+
+/// grafana/dashboard-linter's target-rate-interval and counter rules (the linter itself cannot be
+/// fetched here: docs/observability.md): every range of a `rate`, `irate` or `increase` is
+/// `$__rate_interval`, and every counter or histogram bucket is read through one of them.
+#[test]
+fn dashboard_rates_use_the_rate_interval_and_counters_are_never_shown_raw() {
+    for (f, d) in dashboards() {
+        for p in panels(&d) {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"].as_str().unwrap_or_default();
+                let at = format!("{}: panel {}: {expr}", f.display(), p["title"]);
+                for (i, _) in expr.match_indices('[') {
+                    let range = &expr[i..=i + expr[i..].find(']').expect("a closed range")];
+                    // `[10m:30s]` is a subquery (deriv over a gauge), not a counter's rate.
+                    assert!(range == "[$__rate_interval]" || range.contains(':'), "{at}: range {range}");
+                }
+                for (i, _) in expr.match_indices("highwater_") {
+                    let name: String =
+                        expr[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if name.ends_with("_total") || name.ends_with("_bucket") {
+                        let rest = &expr[i + name.len()..];
+                        let selector = if rest.starts_with('{') { &rest[..=rest.find('}').unwrap()] } else { "" };
+                        let before = expr[..i].trim_end();
+                        assert!(
+                            rest[selector.len()..].starts_with("[$__rate_interval]")
+                                && ["rate(", "irate(", "increase("].iter().any(|f| before.ends_with(f)),
+                            "{at}: counter {name} must be read through rate/irate/increase over $__rate_interval"
+                        );
+                    }
+                }
             }
         }
     }

@@ -7,7 +7,6 @@ use std::{
 use clap::{Args, Parser, Subcommand};
 use highwater_crds::EventConsumer;
 use kube::{Api, Client, api::ListParams};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::{context, controller, http, leader, metrics::Metrics, pods};
@@ -132,7 +131,7 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
             (client.clone(), pool.clone(), metrics.clone(), config.clone(), a.namespace.clone());
         let concurrency = a.concurrency;
         async move {
-            let changed = Arc::new(Notify::new());
+            let changed = Arc::new(pods::PodChanges::default());
             let pods = pods::reflect(client.clone(), ns.as_deref(), &config.group_label, changed.clone(), stop.clone());
             let ctx = Arc::new(context::Context { client, pool, metrics, config, pods });
             let pod_task = tokio::spawn(pods::run(ctx.clone(), changed, stop.clone()));

@@ -17,6 +17,9 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// Every value of [`crate::Error::metric_label`].
+pub const ERROR_KINDS: [&str; 4] = ["kubernetes", "database", "finalizer", "config"];
+
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Counter,
@@ -58,6 +61,11 @@ impl Metrics {
             m.pod_shard_removal.clone(),
         );
         r.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
+        // Every kind is exported from the start (at 0), so rates and alerts over the errors have
+        // a series to work on before the first error, not an empty result.
+        for kind in ERROR_KINDS {
+            let _ = m.reconcile_errors.get_or_create(&ErrorLabels { kind: kind.to_owned() });
+        }
         Metrics { registry: r, ..m }
     }
 
@@ -84,5 +92,19 @@ pub struct ReconcileTimer<'a> {
 impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
         self.hist.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_is_exported_at_zero_before_any_error() {
+        let text = Metrics::new().encode();
+        for kind in ERROR_KINDS {
+            let line = format!("highwater_operator_reconcile_errors_total{{kind=\"{kind}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
     }
 }

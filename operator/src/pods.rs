@@ -2,7 +2,11 @@
 //! group, registered as soon as the pod object exists; a pod's shards deleted once it is gone.
 //! Level-based: every pass compares the database with the pod store, so pods deleted while the
 //! operator was down are cleaned up too.
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -22,12 +26,36 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Result, context::Context};
 
+/// What the pod watch tells the shard pass: that something changed, and when pods were deleted.
+#[derive(Default)]
+pub struct PodChanges {
+    notify: Notify,
+    /// Deletion timestamps as the watch delivered them. The store alone would miss them when a
+    /// pod is removed right after it gets one (a grace period of 0): the pass may only run after
+    /// the pod has left the store.
+    deleting: Mutex<HashMap<String, chrono::DateTime<Utc>>>,
+}
+
+impl PodChanges {
+    fn record(&self, pod: &PartialObjectMeta<Pod>) {
+        if let Some(t) = pod.metadata.deletion_timestamp.as_ref() {
+            let at = chrono::DateTime::<Utc>::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond() as u32);
+            self.deleting.lock().expect("pod changes lock").insert(pod.name_any(), at.unwrap_or_else(Utc::now));
+        }
+        self.notify.notify_one();
+    }
+
+    fn take_deletions(&self) -> HashMap<String, chrono::DateTime<Utc>> {
+        std::mem::take(&mut *self.deleting.lock().expect("pod changes lock"))
+    }
+}
+
 /// Starts the pod reflector; the store is ready after the first full list.
 pub fn reflect(
     client: kube::Client,
     namespace: Option<&str>,
     group_label: &str,
-    changed: Arc<Notify>,
+    changed: Arc<PodChanges>,
     stop: CancellationToken,
 ) -> Store<PartialObjectMeta<Pod>> {
     // `Api<PartialObjectMeta<_>>` makes metadata-only requests: labels and uids are all we need.
@@ -45,7 +73,7 @@ pub fn reflect(
             tokio::select! {
                 _ = stop.cancelled() => return,
                 item = stream.next() => match item {
-                    Some(Ok(_)) => changed.notify_one(),
+                    Some(Ok(pod)) => changed.record(&pod),
                     Some(Err(e)) => tracing::warn!(error = %e, "pod watch error"),
                     None => return,
                 },
@@ -129,7 +157,7 @@ pub async fn sync(ctx: &Context, deletions: &HashMap<String, chrono::DateTime<Ut
 }
 
 /// Runs [`sync`] on every pod change and every `gc_interval`, once the pod store is ready.
-pub async fn run(ctx: Arc<Context>, changed: Arc<Notify>, stop: CancellationToken) {
+pub async fn run(ctx: Arc<Context>, changed: Arc<PodChanges>, stop: CancellationToken) {
     if tokio::select! { _ = stop.cancelled() => true, r = ctx.pods.wait_until_ready() => r.is_err() } {
         return;
     }
@@ -139,18 +167,13 @@ pub async fn run(ctx: Arc<Context>, changed: Arc<Notify>, stop: CancellationToke
     let mut seen: HashMap<String, chrono::DateTime<Utc>> = HashMap::new();
     loop {
         seen.retain(|_, t| Utc::now() - *t < chrono::TimeDelta::minutes(10));
-        for p in ctx.pods.state().iter() {
-            if let Some(t) = p.metadata.deletion_timestamp.as_ref() {
-                let at = chrono::DateTime::<Utc>::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond() as u32);
-                seen.insert(p.name_any(), at.unwrap_or_else(Utc::now));
-            }
-        }
+        seen.extend(changed.take_deletions());
         if let Err(e) = sync(&ctx, &seen).await {
             tracing::warn!(error = %e, "syncing pod shards failed");
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = changed.notified() => {}
+            _ = changed.notify.notified() => {}
             _ = tick.tick() => {}
         }
         // Coalesce a burst of pod events into one pass.
