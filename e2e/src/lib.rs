@@ -22,6 +22,7 @@
 
 pub mod apiserver;
 pub mod binaries;
+pub mod chaos;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod etcd;
@@ -31,6 +32,7 @@ pub mod kwok;
 pub mod pki;
 pub mod pod_runner;
 pub mod process;
+pub mod proxy;
 pub mod scheduler;
 pub mod user;
 pub mod wait;
