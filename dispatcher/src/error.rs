@@ -67,6 +67,17 @@ impl Error {
                 "HW001" => return Error::UnknownEventType { message, hint },
                 "HW002" => return Error::InvalidPayload { message, hint },
                 "HW003" => return Error::VersionConflict { message, hint },
+                // jsonb cannot hold \u0000: the server refuses the payload before the function runs.
+                "22P05" => {
+                    return Error::InvalidPayload {
+                        message: format!("payload or metadata refused by PostgreSQL: {message}"),
+                        hint: Some(
+                            "fix the payload: jsonb cannot store the character \\u0000 in a string; \
+                             remove it or encode the data (e.g. base64)"
+                                .into(),
+                        ),
+                    };
+                }
                 _ => {}
             }
         }
