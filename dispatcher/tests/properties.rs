@@ -158,6 +158,15 @@ proptest! {
     }
 
     #[test]
+    fn instance_ids_are_accepted_or_refused_with_the_rule(id in prop_oneof![".{0,300}", "[a-z0-9-]{1,60}", Just("__shared__".to_owned())]) {
+        match highwater::instance::validate(&id) {
+            Ok(()) => prop_assert!(!id.is_empty() && id.len() <= 253 && id != "__shared__" && !id.chars().any(char::is_whitespace)),
+            Err(Error::Config(m)) => prop_assert!(m.contains("fix:") || m.contains("use 1-253 printable characters"), "{m}"),
+            Err(other) => prop_assert!(false, "not a configuration error: {other:?}"),
+        }
+    }
+
+    #[test]
     fn every_event_id_round_trips_through_last_event_id(id in 0..=i64::MAX) {
         prop_assert_eq!(parse_last_event_id(&id.to_string()), Some(id));
     }
