@@ -22,6 +22,7 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
         pg_restart_every: Duration::from_secs(18),
         net_fault_every: Duration::from_secs(7),
         net_fault_for: Duration::from_secs(2),
+        hold_transaction: Duration::from_secs(8),
         drain_timeout: Duration::from_secs(120),
     };
     let work = tempfile::tempdir().unwrap();

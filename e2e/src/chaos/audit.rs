@@ -23,6 +23,8 @@ pub struct Delivery {
     pub phantom: usize,
     /// Lines of an external sink that are not whole JSON (a write torn by a kill).
     pub torn: usize,
+    /// Where a PerInstance sink's gaps are, per instance.
+    pub gaps: Vec<String>,
 }
 
 impl Delivery {
@@ -65,6 +67,51 @@ pub fn log_sink(consumer: &str, file: &Path, committed: &BTreeSet<i64>) -> Resul
         }
     }
     Ok(Delivery { torn, ..Delivery::compare(consumer, committed, &ids) })
+}
+
+/// A PerInstance SQL sink's table `(instance_id, event_id)`. Each process starts from the head
+/// when it registers and a killed one stops for good, so each instance must hold, exactly once,
+/// every committed event between the first and the last it received (no gap), and the instances
+/// still running at the end every event up to the last committed one.
+pub async fn per_instance(pool: &PgPool, consumer: &str, table: &str, running: &[String]) -> Result<Delivery> {
+    let events: Vec<(String, i64)> =
+        sqlx::query_as("SELECT tx_id::text, id FROM highwater.events").fetch_all(pool).await?;
+    // Sorted here: `ORDER BY tx_id` next to a `tx_id::text` output column sorts the text.
+    let mut order: Vec<(u64, i64)> =
+        events.iter().map(|(tx, id)| Ok((tx.parse::<u64>()?, *id))).collect::<Result<_>>()?;
+    order.sort_unstable();
+    let rank: HashMap<i64, usize> = order.iter().enumerate().map(|(i, (_, id))| (*id, i)).collect();
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT instance_id, event_id FROM {table}")))
+            .fetch_all(pool)
+            .await?;
+    let mut by_instance: HashMap<String, Vec<i64>> = HashMap::new();
+    for (instance, id) in rows {
+        by_instance.entry(instance).or_default().push(id);
+    }
+    let mut d = Delivery { consumer: consumer.to_owned(), ..Default::default() };
+    for (instance, ids) in by_instance {
+        let mut seen = BTreeSet::new();
+        for id in &ids {
+            match rank.get(id) {
+                None => d.phantom += 1,
+                Some(r) if !seen.insert(*r) => d.duplicates += 1,
+                Some(_) => {}
+            }
+        }
+        let (Some(first), Some(last)) = (seen.first().copied(), seen.last().copied()) else { continue };
+        let last = if running.contains(&instance) { order.len() - 1 } else { last };
+        let missing = (first..=last).filter(|r| !seen.contains(r)).count();
+        if missing > 0 {
+            let first_missing = (first..=last).find(|r| !seen.contains(r)).map(|r| order[r]);
+            d.gaps.push(format!(
+                "{instance}: {missing} missing between {:?} and {:?}, the first {first_missing:?}",
+                order[first], order[last]
+            ));
+        }
+        d.lost += missing;
+    }
+    Ok(d)
 }
 
 /// Samples every cursor row while the chaos runs and records each move backwards.

@@ -90,6 +90,11 @@ impl Fleet {
         Ok(tails)
     }
 
+    /// Instance ids of the processes running now.
+    pub fn running(&self) -> Vec<String> {
+        self.procs.iter().map(|p| p.name().to_owned()).collect()
+    }
+
     pub fn stop(&mut self) {
         for p in &mut self.procs {
             p.stop();

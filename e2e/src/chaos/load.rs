@@ -60,3 +60,20 @@ async fn write_one(pool: &PgPool, writer: usize, n: u64) -> highwater::Result<()
     tx.commit().await?;
     Ok(())
 }
+
+/// Holds one transaction with an event open for `hold`, starting after `after`; returns how long
+/// it was held and whether it committed.
+pub async fn hold_transaction(pool: PgPool, after: Duration, hold: Duration) -> (Duration, bool) {
+    tokio::time::sleep(after).await;
+    let start = std::time::Instant::now();
+    let outcome = async {
+        let mut tx = pool.begin().await?;
+        append(&mut tx, &NewEvent::new("chaos", "long", EVENT_TYPE, serde_json::json!({"long": true}))).await?;
+        eprintln!("chaos: holding a transaction open for {hold:?}");
+        tokio::time::sleep(hold).await;
+        tx.commit().await?;
+        Ok::<(), highwater::Error>(())
+    }
+    .await;
+    (start.elapsed(), outcome.is_ok())
+}

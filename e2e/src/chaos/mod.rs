@@ -4,9 +4,10 @@
 //! was delivered. `cargo run --release -p highwater-e2e --bin chaos -- --duration 10m` for the
 //! long run; `e2e/tests/chaos_short.rs` runs a short one in the test suite.
 //!
-//! Consumers: `chaos-sql`, a shared SQL sink (exactly once: no loss, no duplicate) and `chaos-log`,
-//! a shared log sink to a file (at least once: no loss, duplicates bounded by one batch per
-//! interruption).
+//! Consumers: `chaos-sql`, a shared SQL sink (exactly once: no loss, no duplicate), `chaos-log`, a
+//! shared log sink to a file (at least once: no loss, duplicates bounded by one batch per
+//! interruption), and `chaos-pi`, a PerInstance SQL sink (each process from its start: no gap, no
+//! duplicate).
 pub mod audit;
 pub mod faults;
 pub mod fleet;
@@ -57,6 +58,10 @@ pub struct Config {
     /// How long a network fault lasts (±50%).
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     pub net_fault_for: Duration,
+    /// Also hold one transaction (with an event) open this long, from a quarter into the run: the
+    /// fence stays behind it meanwhile. 0 for none.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub hold_transaction: Duration,
     /// How long the consumers get to catch up once the faults stop.
     #[arg(long, default_value = "180s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
@@ -78,8 +83,12 @@ pub struct Report {
     pub drained_in: Duration,
     pub cursor_samples: u64,
     pub cursor_regressions: Vec<String>,
+    /// How long the long transaction was held, and whether it committed (a PostgreSQL restart
+    /// rolls it back).
+    pub long_transaction: Option<(Duration, bool)>,
     pub sql: Delivery,
     pub log: Delivery,
+    pub per_instance: Delivery,
 }
 
 impl Report {
@@ -97,9 +106,9 @@ impl Report {
     /// Every broken promise; empty when the run passed.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
-        for d in [&self.sql, &self.log] {
+        for d in [&self.sql, &self.log, &self.per_instance] {
             if d.lost > 0 {
-                v.push(format!("{}: {} committed events never delivered", d.consumer, d.lost));
+                v.push(format!("{}: {} committed events never delivered {:?}", d.consumer, d.lost, d.gaps));
             }
             if d.phantom > 0 {
                 v.push(format!("{}: {} deliveries of events that were never committed", d.consumer, d.phantom));
@@ -108,11 +117,10 @@ impl Report {
                 v.push(format!("{}: {} torn lines", d.consumer, d.torn));
             }
         }
-        if self.sql.duplicates > 0 {
-            v.push(format!(
-                "{}: {} events applied twice by an exactly-once sink",
-                self.sql.consumer, self.sql.duplicates
-            ));
+        for d in [&self.sql, &self.per_instance] {
+            if d.duplicates > 0 {
+                v.push(format!("{}: {} events applied twice by an exactly-once sink", d.consumer, d.duplicates));
+            }
         }
         if self.log.duplicates as u64 > self.duplicate_bound() {
             v.push(format!(
@@ -158,7 +166,15 @@ impl fmt::Display for Report {
             self.cursor_samples,
             self.cursor_regressions.len()
         )?;
-        for (d, kind) in [(&self.sql, "shared SQL sink, exactly once"), (&self.log, "shared log sink, at least once")] {
+        if let Some((held, committed)) = self.long_transaction {
+            let end = if committed { "committed" } else { "rolled back by a restart" };
+            writeln!(f, "  long transaction     held {held:.1?}, {end}")?;
+        }
+        for (d, kind) in [
+            (&self.sql, "shared SQL sink, exactly once"),
+            (&self.log, "shared log sink, at least once"),
+            (&self.per_instance, "PerInstance SQL sink, exactly once per process"),
+        ] {
             writeln!(
                 f,
                 "  {:<10} ({kind}): lost {}, duplicates {}, phantom {}, torn {}",
@@ -176,6 +192,7 @@ impl fmt::Display for Report {
 
 const SQL_CONSUMER: &str = "chaos-sql";
 const LOG_CONSUMER: &str = "chaos-log";
+const PI_CONSUMER: &str = "chaos-pi";
 
 /// Runs the chaos and the audit; the report says whether every promise held
 /// ([`Report::violations`]). `work` keeps logs: PostgreSQL's, each dispatcher's and the log sink.
@@ -185,13 +202,21 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let admin = highwater::db::connect(&pg.url(), 10).await?;
     highwater::db::migrate(&admin).await?;
     highwater::event_types::register(&admin, load::EVENT_TYPE, None, None).await?;
-    sqlx::raw_sql("CREATE TABLE chaos_applied (event_id bigint NOT NULL)").execute(&admin).await?;
+    sqlx::raw_sql(
+        "CREATE TABLE chaos_applied (event_id bigint NOT NULL);
+         CREATE TABLE chaos_pi (instance_id text NOT NULL, event_id bigint NOT NULL);",
+    )
+    .execute(&admin)
+    .await?;
     let log_file = work.join("chaos-log.jsonl");
     let consumers = format!(
         "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {SQL_CONSUMER}}}\n\
          spec: {{delivery: Shared, batchSize: {b}, sink: {{sql: {{statement: 'INSERT INTO chaos_applied VALUES ($2)'}}}}}}\n\
          ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {LOG_CONSUMER}}}\n\
-         spec: {{delivery: Shared, batchSize: {b}, sink: {{log: {{target: '{}'}}}}}}\n",
+         spec: {{delivery: Shared, batchSize: {b}, sink: {{log: {{target: '{}'}}}}}}\n\
+         ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {PI_CONSUMER}}}\n\
+         spec: {{delivery: PerInstance, batchSize: {b}, sink: {{sql: {{statement: \"INSERT INTO chaos_pi \
+         VALUES (current_setting('highwater.instance_id'), $2)\"}}}}}}\n",
         log_file.display(),
         b = config.batch_size
     );
@@ -227,6 +252,8 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
             stop_faults.clone(),
         )),
     ];
+    let long_tx = (!config.hold_transaction.is_zero())
+        .then(|| tokio::spawn(load::hold_transaction(admin.clone(), config.duration / 4, config.hold_transaction)));
     tokio::time::sleep(config.duration).await;
     stop_faults.cancel();
     for t in fault_tasks {
@@ -234,41 +261,52 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     }
     stop_load.cancel();
     while writers.join_next().await.is_some() {}
+    let long_transaction = match long_tx {
+        Some(t) => Some(t.await?),
+        None => None,
+    };
 
     // Drain: wait until both consumers hold every committed event (or the timeout).
     let drain_start = Instant::now();
-    let (sql, log) = loop {
-        fleet.lock().await.replace_exited()?;
-        let committed = audit::committed(&admin).await?;
-        let sql = audit::sql_sink(&admin, SQL_CONSUMER, "chaos_applied", &committed).await?;
-        let log = audit::log_sink(LOG_CONSUMER, &log_file, &committed)?;
-        if (sql.lost == 0 && log.lost == 0) || drain_start.elapsed() > config.drain_timeout {
-            break (sql, log);
+    let audit_all = |running: Vec<String>| {
+        let admin = admin.clone();
+        let log_file = log_file.clone();
+        async move {
+            let committed = audit::committed(&admin).await?;
+            let sql = audit::sql_sink(&admin, SQL_CONSUMER, "chaos_applied", &committed).await?;
+            let log = audit::log_sink(LOG_CONSUMER, &log_file, &committed)?;
+            let pi = audit::per_instance(&admin, PI_CONSUMER, "chaos_pi", &running).await?;
+            anyhow::Ok((committed.len(), sql, log, pi))
+        }
+    };
+    let all_in = |a: &(usize, Delivery, Delivery, Delivery)| a.1.lost == 0 && a.2.lost == 0 && a.3.lost == 0;
+    let drained = loop {
+        let running = {
+            let mut f = fleet.lock().await;
+            f.replace_exited()?;
+            f.running()
+        };
+        let a = audit_all(running).await?;
+        if all_in(&a) || drain_start.elapsed() > config.drain_timeout {
+            break a;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let drained_in = drain_start.elapsed();
     // Deliveries still in flight would show up after the audit: stop the fleet, then audit again.
-    let unexpected_exits = {
+    let (unexpected_exits, running) = {
         let mut f = fleet.lock().await;
+        let running = f.running();
         f.stop();
-        f.unexpected_exits
+        (f.unexpected_exits, running)
     };
     let _ = watch.sample(&admin).await;
     stop_watch.cancel();
     watcher.await?;
-    let committed = audit::committed(&admin).await?;
-    let (sql, log) = if sql.lost == 0 && log.lost == 0 {
-        (
-            audit::sql_sink(&admin, SQL_CONSUMER, "chaos_applied", &committed).await?,
-            audit::log_sink(LOG_CONSUMER, &log_file, &committed)?,
-        )
-    } else {
-        (sql, log)
-    };
+    let (events, sql, log, per_instance) = if all_in(&drained) { audit_all(running).await? } else { drained };
     Ok(Report {
         config,
-        events: committed.len(),
+        events,
         committed_tx: load_counters.committed_tx.load(Ordering::Relaxed),
         failed_tx: load_counters.failed_tx.load(Ordering::Relaxed),
         kills: faults.kills.load(Ordering::Relaxed),
@@ -280,7 +318,9 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         drained_in,
         cursor_samples: watch.samples(),
         cursor_regressions: watch.regressions(),
+        long_transaction,
         sql,
         log,
+        per_instance,
     })
 }
