@@ -173,3 +173,37 @@ fn hostile_consumer_names_are_refused_before_they_reach_sql_metrics_or_files() {
         }
     }
 }
+
+#[tokio::test]
+async fn bad_event_type_names_are_refused_with_the_rule() {
+    let db = setup(&[]).await;
+    for name in ["1starts-with-digit", "with space", "semi;colon", "", &"x".repeat(201)] {
+        match highwater::event_types::register(&db.pool, name, None, None).await {
+            Err(Error::Refused(m)) => assert!(m.contains("is invalid: start with a letter"), "{name:?}: {m}"),
+            other => panic!("{name:?} was not refused: {other:?}"),
+        }
+    }
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.event_types").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_last_event_ids_that_are_not_events_get_400() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sse: {}}")).await;
+    let id = append_one(&db.pool, json!({})).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start_with_env(&db.url, "sse-h", logs.path(), &[("HIGHWATER_SSE_TOKENS", "tok")]);
+    wait_registered(&db.pool, "live", 1).await;
+    let url = format!("http://127.0.0.1:{}/v1/consumers/live/events", d.http_port);
+    for (last, status, says) in [
+        ((id + 1000).to_string(), 400, "is not a known event"),
+        ("99999999999999999999".to_owned(), 400, "must be an event id"),
+        ("-1".to_owned(), 400, "must be an event id"),
+        ("1 OR 1=1".to_owned(), 400, "must be an event id"),
+    ] {
+        let r =
+            reqwest::Client::new().get(&url).bearer_auth("tok").header("Last-Event-ID", &last).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{last}");
+        assert!(r.text().await.unwrap().contains(says), "{last}");
+    }
+}
