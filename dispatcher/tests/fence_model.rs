@@ -56,11 +56,11 @@ impl World {
         match op {
             Op::Append(w) => {
                 let conn = &mut self.writers[w];
-                if !self.open.contains_key(&w) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = self.open.entry(w) {
                     sqlx::raw_sql("BEGIN").execute(&mut *conn).await.unwrap();
                     let xid: String =
                         sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut *conn).await.unwrap();
-                    self.open.insert(w, Open { xid: xid.parse().unwrap(), events: Vec::new() });
+                    slot.insert(Open { xid: xid.parse().unwrap(), events: Vec::new() });
                 }
                 let id = append(conn, &NewEvent::new("m", &w.to_string(), "Tick", json!({}))).await.unwrap();
                 self.open.get_mut(&w).unwrap().events.push(id);

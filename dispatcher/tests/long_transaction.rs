@@ -41,7 +41,7 @@ async fn an_open_transaction_holds_delivery_back_and_skips_nothing() {
     wait_count(&db.pool, "SELECT count(*) FROM applied", 10, Duration::from_secs(30)).await;
 
     let mut long = db.pool.begin().await.unwrap();
-    append(&mut *long, &NewEvent::new("s", "long", "Tick", json!({"long": true}))).await.unwrap();
+    append(&mut long, &NewEvent::new("s", "long", "Tick", json!({"long": true}))).await.unwrap();
     let held_since = Instant::now();
     let mut committed_after = 0;
     let mut ages = Vec::new();
