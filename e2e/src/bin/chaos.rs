@@ -10,7 +10,7 @@ use highwater_e2e::chaos;
 struct Args {
     #[command(flatten)]
     config: chaos::Config,
-    /// Keep the logs (PostgreSQL, dispatchers, the log sink) in this directory.
+    /// Keep the logs (each dispatcher's, the log sink's file) in this directory.
     #[arg(long)]
     keep_logs: Option<std::path::PathBuf>,
 }

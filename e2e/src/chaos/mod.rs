@@ -195,7 +195,7 @@ const LOG_CONSUMER: &str = "chaos-log";
 const PI_CONSUMER: &str = "chaos-pi";
 
 /// Runs the chaos and the audit; the report says whether every promise held
-/// ([`Report::violations`]). `work` keeps logs: PostgreSQL's, each dispatcher's and the log sink.
+/// ([`Report::violations`]). `work` gets each dispatcher's log and the log sink's file.
 pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let bin = fleet::highwater_bin()?;
     let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.context("starting PostgreSQL")?;
@@ -266,7 +266,7 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         None => None,
     };
 
-    // Drain: wait until both consumers hold every committed event (or the timeout).
+    // Drain: wait until every consumer holds every committed event (or the timeout).
     let drain_start = Instant::now();
     let audit_all = |running: Vec<String>| {
         let admin = admin.clone();
