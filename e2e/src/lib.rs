@@ -16,7 +16,9 @@
 //! [`apiserver`], [`controller_manager`], [`scheduler`] and [`kwok`] know their component's flags,
 //! [`user`] is one identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them
 //! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
-//! charts.
+//! charts. [`chaos`] (faults under load, then an audit; the `chaos` binary and
+//! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
+//! black-holes or slows their database connections (docs/reliability.md).
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 

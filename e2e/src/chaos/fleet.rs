@@ -20,8 +20,8 @@ pub struct Fleet {
     pub unexpected_exits: usize,
 }
 
-/// The `highwater` binary: `$HIGHWATER_BIN`, else next to the running executable (target/<profile>/
-/// for a binary, its parent for a test in target/<profile>/deps/).
+/// The `highwater` binary: `$HIGHWATER_BIN`, else next to the running executable (`target/<profile>/`
+/// for a binary, its parent for a test in `target/<profile>/deps/`).
 pub fn highwater_bin() -> Result<PathBuf> {
     if let Ok(p) = std::env::var("HIGHWATER_BIN") {
         return Ok(PathBuf::from(p));
