@@ -153,15 +153,25 @@ proptest! {
     #[test]
     fn last_event_id_is_an_event_id_or_refused(value in prop_oneof![".{0,30}", "[ 0-9+-]{0,25}"]) {
         let t = value.trim();
-        let expected = (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())).then(|| t.parse::<i64>().ok()).flatten();
+        let digits = !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        let expected = digits.then(|| t.parse::<i64>().ok()).flatten();
         prop_assert_eq!(parse_last_event_id(&value), expected);
     }
 
     #[test]
-    fn instance_ids_are_accepted_or_refused_with_the_rule(id in prop_oneof![".{0,300}", "[a-z0-9-]{1,60}", Just("__shared__".to_owned())]) {
+    fn instance_ids_are_accepted_or_refused_with_the_rule(
+        id in prop_oneof![".{0,300}", "[a-z0-9-]{1,60}", Just("__shared__".to_owned())],
+    ) {
+        let allowed = !id.is_empty()
+            && id.len() <= 253
+            && id != "__shared__"
+            && !id.chars().any(|c| c.is_whitespace() || c.is_control());
         match highwater::instance::validate(&id) {
-            Ok(()) => prop_assert!(!id.is_empty() && id.len() <= 253 && id != "__shared__" && !id.chars().any(char::is_whitespace)),
-            Err(Error::Config(m)) => prop_assert!(m.contains("fix:") || m.contains("use 1-253 printable characters"), "{m}"),
+            Ok(()) => prop_assert!(allowed, "accepted: {id:?}"),
+            Err(Error::Config(m)) => {
+                prop_assert!(!allowed, "refused: {id:?}");
+                prop_assert!(m.contains("fix:") || m.contains("use 1-253 printable characters"), "{m}");
+            }
             Err(other) => prop_assert!(false, "not a configuration error: {other:?}"),
         }
     }
