@@ -56,6 +56,17 @@ impl Error {
         move |source| Error::Io { context, source }
     }
 
+    /// The connection broke or the server is going away (restart, failover, network): trying
+    /// again later may succeed, unlike a refused statement.
+    pub fn is_connection_loss(&self) -> bool {
+        let Error::Database(e) = self else { return false };
+        match e {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P") || c.starts_with("08")),
+            _ => false,
+        }
+    }
+
     /// Maps the SQLSTATEs raised by `highwater.append` to their variants.
     pub fn from_append(e: sqlx::Error) -> Error {
         if let Some(db) = e.as_database_error()
@@ -67,6 +78,17 @@ impl Error {
                 "HW001" => return Error::UnknownEventType { message, hint },
                 "HW002" => return Error::InvalidPayload { message, hint },
                 "HW003" => return Error::VersionConflict { message, hint },
+                // jsonb cannot hold \u0000: the server refuses the payload before the function runs.
+                "22P05" => {
+                    return Error::InvalidPayload {
+                        message: format!("payload or metadata refused by PostgreSQL: {message}"),
+                        hint: Some(
+                            "fix the payload: jsonb cannot store the character \\u0000 in a string; \
+                             remove it or encode the data (e.g. base64)"
+                                .into(),
+                        ),
+                    };
+                }
                 _ => {}
             }
         }

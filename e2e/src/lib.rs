@@ -17,12 +17,15 @@
 //! [`user`] is one identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them
 //! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
 //! charts, [`prometheus`] runs a real Prometheus and queries it, [`pod_monitor`] turns a PodMonitor
-//! into its scrape targets.
+//! into its scrape targets. [`chaos`] (faults under load, then an audit; the `chaos` binary and
+//! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
+//! black-holes or slows their database connections (docs/reliability.md).
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
 pub mod apiserver;
 pub mod binaries;
+pub mod chaos;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod etcd;
@@ -34,6 +37,7 @@ pub mod pod_monitor;
 pub mod pod_runner;
 pub mod process;
 pub mod prometheus;
+pub mod proxy;
 pub mod scheduler;
 pub mod user;
 pub mod wait;

@@ -134,19 +134,33 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     }
 
     let st = &cfg.startup;
-    if !st.connect_timeout.is_zero() {
-        tokio::select! {
-            r = wait_ready_database(&pool, st) => r?,
+    let mut running: HashMap<String, Running> = HashMap::new();
+    // A database that restarts (or drops connections) during these steps is waited for again, as
+    // at first, until `connect_timeout` has passed since the start.
+    let deadline = tokio::time::Instant::now() + st.connect_timeout;
+    loop {
+        let start = async {
+            if !st.connect_timeout.is_zero() {
+                wait_ready_database(&pool, st).await?;
+            }
+            if !st.consumers.is_empty() {
+                definitions::apply(&pool, &st.consumers).await?;
+            }
+            // Every shard is registered before the first pass (and before the wake-up tasks start).
+            reconcile(&env, &mut running, true).await
+        };
+        let r = tokio::select! {
+            r = start => r,
             _ = shutdown.cancelled() => return Ok(()),
+        };
+        match r {
+            Err(e) if e.is_connection_loss() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "database connection lost while starting; waiting for it again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r => break r?,
         }
     }
-    if !st.consumers.is_empty() {
-        definitions::apply(&pool, &st.consumers).await?;
-    }
-
-    let mut running: HashMap<String, Running> = HashMap::new();
-    // Every shard is registered before the first pass (and before the wake-up tasks start).
-    reconcile(&env, &mut running, true).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     env.metrics.ready.set(1);
     tracing::info!(group = %cfg.group, instance = %cfg.instance_id, consumers = running.len(), "dispatcher started");

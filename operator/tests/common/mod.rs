@@ -62,18 +62,18 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(w: &World, identity: &str, leader_election: bool) -> Operator {
-        Self::start_with_url(w, identity, leader_election, &w.url)
+        Self::start_at(&w.cp, &w.url, w.logs.path(), identity, &["--leader-election", &leader_election.to_string()])
     }
 
-    /// Against the database at `url` (another role, an unreachable port).
-    pub fn start_with_url(w: &World, identity: &str, leader_election: bool, url: &str) -> Operator {
+    /// An operator against any database URL (one that may not answer yet), with extra arguments.
+    pub fn start_at(cp: &ControlPlane, url: &str, logs: &Path, identity: &str, args: &[&str]) -> Operator {
         let port = free_port().unwrap();
-        let log = w.logs.path().join(format!("{identity}.log"));
+        let log = logs.join(format!("{identity}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_highwater-operator"))
             .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "2s", "--status-interval", "1s"])
-            .args(["--leader-election", if leader_election { "true" } else { "false" }])
-            .env("KUBECONFIG", w.cp.kubeconfig_path())
+            .args(args)
+            .env("KUBECONFIG", cp.kubeconfig_path())
             .env("DATABASE_URL", url)
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", "default")
