@@ -21,6 +21,7 @@
 #![deny(unsafe_code)]
 
 pub mod apiserver;
+pub mod bench;
 pub mod binaries;
 pub mod control_plane;
 pub mod controller_manager;
