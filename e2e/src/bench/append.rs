@@ -19,7 +19,10 @@ const PAYLOAD: &str = r#"'{"order_id": 1, "amount": 42, "currency": "EUR"}'::jso
 fn scripts() -> [(&'static str, String); 3] {
     let meta = "jsonb_build_object('correlation_id', gen_random_uuid()::text)";
     [
-        ("append API (highwater.append)", format!("SELECT highwater.append('order', 'o-' || :client_id, 'OrderPlaced', {PAYLOAD});\n")),
+        (
+            "append API (highwater.append)",
+            format!("SELECT highwater.append('order', 'o-' || :client_id, 'OrderPlaced', {PAYLOAD});\n"),
+        ),
         (
             "INSERT INTO highwater.events",
             format!(
@@ -59,6 +62,12 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     }
     let overhead = |other: f64| format!("{:+.1} %", (other / rates[0] - 1.0) * 100.0);
     report.add(S, "append API vs plain INSERT", "time per event, extra", overhead(rates[2]), "goal ≤ +15 %");
-    report.add(S, "append API vs INSERT INTO highwater.events", "time per event, extra", overhead(rates[1]), "the function's checks alone");
+    report.add(
+        S,
+        "append API vs INSERT INTO highwater.events",
+        "time per event, extra",
+        overhead(rates[1]),
+        "the function's checks alone",
+    );
     Ok(())
 }

@@ -24,9 +24,11 @@ COMMIT;
 /// Drains `events` events `clients` times over (one cursor per client); returns events/s.
 pub async fn drain(db: &ScenarioDb, port: u16, events: i64, batch: i64, clients: u32) -> Result<f64> {
     sqlx::query("DROP TABLE IF EXISTS bench_bound_cursor").execute(&db.pool).await?;
-    sqlx::query("CREATE TABLE bench_bound_cursor (client int PRIMARY KEY, cursor_tx xid8 NOT NULL, cursor_id bigint NOT NULL)")
-        .execute(&db.pool)
-        .await?;
+    sqlx::query(
+        "CREATE TABLE bench_bound_cursor (client int PRIMARY KEY, cursor_tx xid8 NOT NULL, cursor_id bigint NOT NULL)",
+    )
+    .execute(&db.pool)
+    .await?;
     sqlx::query("INSERT INTO bench_bound_cursor SELECT g, '0'::xid8, 0 FROM generate_series(0, $1 - 1) g")
         .bind(clients as i32)
         .execute(&db.pool)
@@ -36,10 +38,25 @@ pub async fn drain(db: &ScenarioDb, port: u16, events: i64, batch: i64, clients:
     std::fs::write(&script, SCRIPT)?;
     let batches = (events + batch - 1) / batch;
     let dbname = db.url.rsplit('/').next().unwrap_or("postgres").to_owned();
-    let out = pgbench(port, &dbname, &[
-        "-n", "-M", "prepared", "-c", &clients.to_string(), "-j", &clients.min(2).to_string(),
-        "-t", &batches.to_string(), "-D", &format!("batch={batch}"), "-f", &script.to_string_lossy(),
-    ])?;
+    let out = pgbench(
+        port,
+        &dbname,
+        &[
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-t",
+            &batches.to_string(),
+            "-D",
+            &format!("batch={batch}"),
+            "-f",
+            &script.to_string_lossy(),
+        ],
+    )?;
     let behind: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM bench_bound_cursor WHERE cursor_id < (SELECT max(id) FROM highwater.events)",
     )

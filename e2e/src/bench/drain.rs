@@ -76,7 +76,13 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
         match watermill::drain(bench, n, sizes.batch).await {
             Ok(w) => {
                 report.add(S, "watermill-sql", "events/s, 1 consumer group", per_s(w.drain_per_s), &note);
-                report.add(S, "highwater / watermill-sql", "1 consumer, no-op sink", ratio(noop, w.drain_per_s), "goal ≥ 5×");
+                report.add(
+                    S,
+                    "highwater / watermill-sql",
+                    "1 consumer, no-op sink",
+                    ratio(noop, w.drain_per_s),
+                    "goal ≥ 5×",
+                );
             }
             Err(e) => report.add(S, "watermill-sql", "events/s", "failed", format!("{e:#}")),
         }

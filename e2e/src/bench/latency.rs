@@ -51,7 +51,13 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
         let goal = if notify { "goal p99 ≤ 50 ms" } else { "" };
         for (label, v) in ["p50", "p95", "p99"].iter().zip(ps.iter()) {
             let note = if *label == "p99" { format!("{note}; {goal}") } else { note.clone() };
-            report.add(S, &format!("highwater, {mode}"), &format!("commit-to-sink {label}"), format!("{v:.1} ms"), note);
+            report.add(
+                S,
+                &format!("highwater, {mode}"),
+                &format!("commit-to-sink {label}"),
+                format!("{v:.1} ms"),
+                note,
+            );
         }
         report.add(S, &format!("highwater, {mode}"), "commit-to-sink max", format!("{max:.1} ms"), &note);
     }
