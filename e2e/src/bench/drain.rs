@@ -90,7 +90,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
     if peers.river {
         match river::drain(bench, n).await {
             Ok(r) => {
-                report.add(S, "River", "jobs/s, 100 workers, no-op worker", per_s(r.drain_per_s), &note);
+                report.add(S, "River", "jobs/s, 1000 workers, no-op worker", per_s(r.drain_per_s), &note);
                 report.add(S, "highwater / River", "1 consumer, no-op sink", ratio(noop, r.drain_per_s), "goal ≥ 1.5×");
             }
             Err(e) => report.add(S, "River", "jobs/s", "failed", format!("{e:#}")),

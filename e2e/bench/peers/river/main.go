@@ -40,15 +40,16 @@ func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchArgs]) error
 func main() {
 	url := flag.String("url", "", "PostgreSQL URL")
 	n := flag.Int("n", 10000, "jobs")
-	workers := flag.Int("workers", 100, "River MaxWorkers")
+	workers := flag.Int("workers", 1000, "River MaxWorkers")
+	cooldown := flag.Duration("fetch-cooldown", 5*time.Millisecond, "River FetchCooldown")
 	flag.Parse()
-	if err := run(*url, *n, *workers); err != nil {
+	if err := run(*url, *n, *workers, *cooldown); err != nil {
 		fmt.Fprintln(os.Stderr, "river peer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url string, n, maxWorkers int) error {
+func run(url string, n, maxWorkers int, cooldown time.Duration) error {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -66,8 +67,11 @@ func run(url string, n, maxWorkers int) error {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &benchWorker{})
 	client, err := river.NewClient(driver, &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
-		Workers: workers,
+		// River's defaults (100 ms fetch cooldown) cap a queue near MaxWorkers per 100 ms; a
+		// short cooldown and many workers let it drain as fast as it can.
+		FetchCooldown: cooldown,
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers:       workers,
 	})
 	if err != nil {
 		return err

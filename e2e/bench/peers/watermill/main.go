@@ -59,13 +59,13 @@ func run(url string, n, batch int) error {
 	publishSecs := time.Since(started).Seconds()
 
 	sub, err := sql.NewSubscriber(sql.BeginnerFromStdSQL(db), sql.SubscriberConfig{
-		SchemaAdapter:      sql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch},
-		OffsetsAdapter:     sql.DefaultPostgreSQLOffsetsAdapter{},
-		InitializeSchema:   true,
-		ConsumerGroup:      "bench",
-		PollInterval:       10 * time.Millisecond,
-		ResendInterval:     time.Second,
-		RetryInterval:      10 * time.Millisecond,
+		SchemaAdapter:    sql.DefaultPostgreSQLSchema{SubscribeBatchSize: batch},
+		OffsetsAdapter:   sql.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true,
+		ConsumerGroup:    "bench",
+		PollInterval:     10 * time.Millisecond,
+		ResendInterval:   time.Second,
+		RetryInterval:    10 * time.Millisecond,
 	}, logger)
 	if err != nil {
 		return err
