@@ -50,7 +50,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
         let note = format!("{n} events at {rate:.0}/s from {} writers", sizes.latency_writers);
         let goal = if notify { "goal p99 ≤ 50 ms" } else { "" };
         for (label, v) in ["p50", "p95", "p99"].iter().zip(ps.iter()) {
-            let note = if *label == "p99" { format!("{note}; {goal}") } else { note.clone() };
+            let note = if *label == "p99" && !goal.is_empty() { format!("{note}; {goal}") } else { note.clone() };
             report.add(
                 S,
                 &format!("highwater, {mode}"),
