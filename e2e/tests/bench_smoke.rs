@@ -1,6 +1,8 @@
 //! The benchmark harness at tiny size, so it cannot rot: every scenario runs against its own
 //! PostgreSQL with every peer (the Go peers come from `e2e/bench/peers/build.sh`, which .ci/run
-//! runs beforehand) and prints every figure. The figures themselves are not judged here: speed
+//! runs beforehand) and prints every figure. The operator scenario needs the e2e control plane
+//! (cached by `e2e/control-plane/build.sh`) and `highwater-operator` built in the same target
+//! directory (`cargo test --workspace` builds it; alone: `cargo build -p highwater-operator`). The figures themselves are not judged here: speed
 //! is measured by the benchmark (docs/benchmarks.md), never by a timed test.
 use std::process::Command;
 
@@ -64,6 +66,9 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     let shares: f64 =
         rows.iter().filter(|r| r[0] == "5 fleet" && r[2] == "share of deliveries").map(|r| number(&r[3])).sum();
     assert!((shares - 100.0).abs() < 0.5, "fleet shares add up to {shares} %:\n{md}");
+    let p50 = figure("6 operator", "highwater-operator", "pod deletion → shard removal p50");
+    assert!(p50 <= figure("6 operator", "highwater-operator", "pod deletion → shard removal max"));
+    assert!(figure("6 operator", "highwater-operator", "EventConsumers reconciled into rows per second") > 0.0);
     assert!(figure("7 memory", "highwater", "dispatcher RSS, idle") > 1.0);
     assert!(figure("7 memory", "highwater", "dispatcher peak RSS, drain, 1 consumer") > 1.0);
 }

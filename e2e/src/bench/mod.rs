@@ -5,7 +5,7 @@
 //!
 //! One file per job: [`db`] the database and its settings, [`dispatcher`] the dispatcher
 //! processes, [`report`] the table, one file per scenario ([`drain`], [`latency`], [`append`],
-//! [`idle`], [`fleet`], [`memory`]) and per peer ([`bound`] under pgbench, [`watermill`],
+//! [`idle`], [`fleet`], [`operator`], [`memory`]) and per peer ([`bound`] under pgbench, [`watermill`],
 //! [`river`], both built by [`go_peers`]).
 pub mod append;
 pub mod bound;
@@ -17,6 +17,7 @@ pub mod go_peers;
 pub mod idle;
 pub mod latency;
 pub mod memory;
+pub mod operator;
 pub mod report;
 pub mod river;
 pub mod sizes;

@@ -24,6 +24,9 @@ pub struct Sizes {
     pub fleet_events: i64,
     pub fleet_consumers: usize,
     pub fleet_dispatchers: usize,
+    /// Scenario 6: pods deleted one at a time, EventConsumers applied at once.
+    pub operator_deletions: usize,
+    pub operator_consumers: usize,
 }
 
 impl Sizes {
@@ -43,6 +46,8 @@ impl Sizes {
             fleet_events: 100_000,
             fleet_consumers: 20,
             fleet_dispatchers: 3,
+            operator_deletions: 100,
+            operator_consumers: 1000,
         }
     }
 
@@ -62,6 +67,8 @@ impl Sizes {
             fleet_events: 1_000,
             fleet_consumers: 4,
             fleet_dispatchers: 2,
+            operator_deletions: 5,
+            operator_consumers: 20,
         }
     }
 }

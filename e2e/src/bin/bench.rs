@@ -8,7 +8,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
-use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory};
+use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "highwater benchmarks side by side with their peers, on one PostgreSQL")]
@@ -46,6 +46,8 @@ enum Scenario {
     Idle,
     /// 5: several dispatcher processes on shared consumers.
     Fleet,
+    /// 6: the operator on the e2e control plane: pod deletion to shard removal, reconcile rate.
+    Operator,
     /// 7: dispatcher memory, idle and draining.
     Memory,
     /// Every scenario above, in one run.
@@ -133,6 +135,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Fleet | All) {
         fleet::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Operator | All) {
+        operator::run(&bench, &sizes, &mut report).await?;
     }
     if s == Memory {
         memory::run(&bench, &sizes, &mut report).await?;
