@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod apiserver;
+pub mod bench;
 pub mod binaries;
 pub mod chaos;
 pub mod control_plane;

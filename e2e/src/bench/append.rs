@@ -1,0 +1,73 @@
+//! Scenario 3, append overhead: pgbench clients write one event per transaction, the same rows
+//! three ways: through `highwater.append` (type check, metadata, `xid8` column, indexes,
+//! NOTIFY trigger), as a plain INSERT into `highwater.events` (the table's own cost), and as a
+//! plain INSERT into a table of the same columns with only a primary key (no `xid8`, no extra
+//! index, no trigger).
+use anyhow::Result;
+
+use super::{BenchDb, Report, Sizes, bound, report::per_s};
+
+const S: &str = "3 append";
+
+const PLAIN_TABLE: &str = "CREATE TABLE bench_plain (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, stream_type text NOT NULL, stream_id text NOT NULL,
+    stream_version bigint, event_type text NOT NULL, tenant_id text, payload jsonb NOT NULL,
+    metadata jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp())";
+
+const PAYLOAD: &str = r#"'{"order_id": 1, "amount": 42, "currency": "EUR"}'::jsonb"#;
+
+fn scripts() -> [(&'static str, String); 3] {
+    let meta = "jsonb_build_object('correlation_id', gen_random_uuid()::text)";
+    [
+        (
+            "append API (highwater.append)",
+            format!("SELECT highwater.append('order', 'o-' || :client_id, 'OrderPlaced', {PAYLOAD});\n"),
+        ),
+        (
+            "INSERT INTO highwater.events",
+            format!(
+                "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata) \
+                 VALUES ('order', 'o-' || :client_id, 'OrderPlaced', {PAYLOAD}, {meta});\n"
+            ),
+        ),
+        (
+            "plain INSERT (table without xid8, index, trigger)",
+            format!(
+                "INSERT INTO bench_plain (stream_type, stream_id, event_type, payload, metadata) \
+                 VALUES ('order', 'o-' || :client_id, 'OrderPlaced', {PAYLOAD}, {meta});\n"
+            ),
+        ),
+    ]
+}
+
+pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<()> {
+    let db = bench.scenario("append").await?;
+    sqlx::query(PLAIN_TABLE).execute(&db.pool).await?;
+    let dir = tempfile::tempdir()?;
+    let c = sizes.append_clients.to_string();
+    let secs = sizes.append_duration.as_secs().max(1).to_string();
+    let mut rates = Vec::new();
+    for (i, (label, script)) in scripts().into_iter().enumerate() {
+        let path = dir.path().join(format!("append-{i}.sql"));
+        std::fs::write(&path, script)?;
+        let out = bound::pgbench(
+            bench.pg.port(),
+            "append",
+            &["-n", "-M", "prepared", "-c", &c, "-j", "2", "-T", &secs, "-f", &path.to_string_lossy()],
+        )?;
+        let tps = bound::tps(&out)?;
+        rates.push(tps);
+        let note = format!("{c} pgbench clients, one event per transaction, {secs} s");
+        report.add(S, label, "events/s", per_s(tps), note);
+    }
+    let overhead = |other: f64| format!("{:+.1} %", (other / rates[0] - 1.0) * 100.0);
+    report.add(S, "append API vs plain INSERT", "time per event, extra", overhead(rates[2]), "goal ≤ +15 %");
+    report.add(
+        S,
+        "append API vs INSERT INTO highwater.events",
+        "time per event, extra",
+        overhead(rates[1]),
+        "the function's checks alone",
+    );
+    Ok(())
+}

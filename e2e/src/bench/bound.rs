@@ -1,0 +1,95 @@
+//! The physical bound: highwater's read-batch + cursor-update loop written as plain SQL and run
+//! by pgbench on the same events, so what is left is what PostgreSQL itself costs. Per
+//! transaction: lock the cursor row, read one batch below the snapshot fence in (tx_id, id)
+//! order with every column a sink gets, move the cursor to the batch's last row.
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use super::db::ScenarioDb;
+
+const SCRIPT: &str = r#"BEGIN;
+SELECT cursor_tx::text AS ctx, cursor_id AS cid FROM bench_bound_cursor WHERE client = :client_id FOR UPDATE \gset
+WITH b AS (
+  SELECT id, tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata, created_at
+    FROM highwater.events
+   WHERE (tx_id, id) > (:ctx::xid8, :cid) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+   ORDER BY tx_id, id LIMIT :batch),
+l AS (SELECT tx_id, id FROM b ORDER BY tx_id DESC, id DESC LIMIT 1),
+u AS (UPDATE bench_bound_cursor c SET cursor_tx = l.tx_id, cursor_id = l.id FROM l WHERE c.client = :client_id RETURNING 1)
+SELECT b.* FROM b;
+COMMIT;
+"#;
+
+/// Drains `events` events `clients` times over (one cursor per client); returns events/s.
+pub async fn drain(db: &ScenarioDb, port: u16, events: i64, batch: i64, clients: u32) -> Result<f64> {
+    sqlx::query("DROP TABLE IF EXISTS bench_bound_cursor").execute(&db.pool).await?;
+    sqlx::query(
+        "CREATE TABLE bench_bound_cursor (client int PRIMARY KEY, cursor_tx xid8 NOT NULL, cursor_id bigint NOT NULL)",
+    )
+    .execute(&db.pool)
+    .await?;
+    sqlx::query("INSERT INTO bench_bound_cursor SELECT g, '0'::xid8, 0 FROM generate_series(0, $1 - 1) g")
+        .bind(clients as i32)
+        .execute(&db.pool)
+        .await?;
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("drain.sql");
+    std::fs::write(&script, SCRIPT)?;
+    let batches = (events + batch - 1) / batch;
+    let dbname = db.url.rsplit('/').next().unwrap_or("postgres").to_owned();
+    let out = pgbench(
+        port,
+        &dbname,
+        &[
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &clients.min(2).to_string(),
+            "-t",
+            &batches.to_string(),
+            "-D",
+            &format!("batch={batch}"),
+            "-f",
+            &script.to_string_lossy(),
+        ],
+    )?;
+    let behind: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM bench_bound_cursor WHERE cursor_id < (SELECT max(id) FROM highwater.events)",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    if behind > 0 {
+        bail!("the pgbench bound left {behind} cursors short of the last event:\n{out}");
+    }
+    Ok(tps(&out)? * batch as f64)
+}
+
+/// Runs pgbench against the benchmark's cluster; returns its stdout.
+pub fn pgbench(port: u16, dbname: &str, args: &[&str]) -> Result<String> {
+    let bin = highwater::embedded::find_bindir()?.join("pgbench");
+    let out = Command::new(&bin)
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres"])
+        .args(args)
+        .arg(dbname)
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("pgbench failed ({}):\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(stdout)
+}
+
+/// The `tps = ...` figure of a pgbench report.
+pub fn tps(report: &str) -> Result<f64> {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no tps in the pgbench report:\n{report}"))
+}

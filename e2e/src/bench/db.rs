@@ -1,0 +1,137 @@
+//! The benchmark's PostgreSQL: one throwaway cluster per run, started with recorded settings,
+//! one database per scenario (so scenarios do not see each other's rows), peers in the same
+//! cluster.
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use highwater::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use sqlx::PgPool;
+
+/// The settings printed with every table; `synchronous_commit`, `fsync` and `shared_buffers` are
+/// the ones the issue names.
+pub const REPORTED: [&str; 6] =
+    ["server_version", "synchronous_commit", "fsync", "full_page_writes", "shared_buffers", "max_connections"];
+
+pub struct BenchDb {
+    pub pg: EmbeddedPostgres,
+}
+
+/// One scenario's database, migrated, with the `OrderPlaced` type registered.
+pub struct ScenarioDb {
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl BenchDb {
+    /// Starts the cluster. fsync and synchronous_commit are off (the embedded default: the
+    /// cluster is thrown away), so the figures measure CPU and protocol work rather than this
+    /// machine's disk; every peer runs under the same settings.
+    pub async fn start() -> Result<Self> {
+        let mut options = EmbeddedOptions::default();
+        options.settings.retain(|(k, _)| k != "max_connections");
+        options.settings.extend(
+            [
+                ("max_connections", "400"),
+                ("shared_buffers", "1GB"),
+                ("shared_preload_libraries", "pg_stat_statements"),
+                ("track_io_timing", "off"),
+                ("log_min_messages", "warning"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        );
+        let pg = EmbeddedPostgres::start(options).await.context("starting the benchmark's PostgreSQL")?;
+        Ok(BenchDb { pg })
+    }
+
+    pub async fn settings(&self) -> Result<Vec<(String, String)>> {
+        let pool = PgPool::connect(&self.pg.url()).await?;
+        let mut out = Vec::new();
+        for name in REPORTED {
+            let v: String = sqlx::query_scalar("SELECT current_setting($1)").bind(name).fetch_one(&pool).await?;
+            out.push((name.to_owned(), v));
+        }
+        pool.close().await;
+        Ok(out)
+    }
+
+    /// A new database named `name`, migrated.
+    pub async fn scenario(&self, name: &str) -> Result<ScenarioDb> {
+        let url = self.pg.create_database(name).await?;
+        let pool = highwater::db::connect(&url, 40).await?;
+        highwater::db::migrate(&pool).await?;
+        highwater::event_types::register(&pool, "OrderPlaced", None, None).await?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").execute(&pool).await?;
+        Ok(ScenarioDb { url, pool })
+    }
+}
+
+impl ScenarioDb {
+    /// Appends `n` events in transactions of 10,000 rows with plain INSERTs (the backlog's
+    /// shape, not the append path: that one is scenario 3). Returns the highest id.
+    pub async fn fill(&self, n: i64) -> Result<i64> {
+        let mut from = 1;
+        while from <= n {
+            let to = (from + 9_999).min(n);
+            sqlx::query(
+                "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
+                 SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced',
+                        jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR'),
+                        jsonb_build_object('correlation_id', gen_random_uuid()::text)
+                   FROM generate_series($1::bigint, $2::bigint) g",
+            )
+            .bind(from)
+            .bind(to)
+            .execute(&self.pool)
+            .await?;
+            from = to + 1;
+        }
+        sqlx::query("VACUUM ANALYZE highwater.events").execute(&self.pool).await?;
+        Ok(sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM highwater.events").fetch_one(&self.pool).await?)
+    }
+
+    /// Applies EventConsumer definitions (YAML) as `highwater consumer apply` would.
+    pub async fn apply(&self, yaml: &str) -> Result<()> {
+        let defs = highwater::definitions::parse(yaml, "bench")?;
+        highwater::definitions::apply(&self.pool, &defs).await?;
+        Ok(())
+    }
+
+    /// Waits until every shard of `consumers` has its cursor at `last_id` or beyond.
+    pub async fn wait_caught_up(&self, consumers: &[String], last_id: i64, timeout: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let done: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = ANY($1) AND cursor_id >= $2",
+            )
+            .bind(consumers)
+            .bind(last_id)
+            .fetch_one(&self.pool)
+            .await?;
+            if done as usize >= consumers.len() {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                bail!("{done} of {} consumers reached event {last_id} within {timeout:?}", consumers.len());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// An EventConsumer document: a shared consumer of `group` with `sink` (YAML flow mapping).
+pub fn consumer_yaml(name: &str, group: &str, batch: i64, sink: &str) -> String {
+    format!(
+        "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n  \
+         delivery: Shared\n  group: {group}\n  batchSize: {batch}\n  sink: {sink}\n"
+    )
+}
+
+/// The no-op sink: the existing log sink writing to /dev/null (it still serialises each event
+/// to a JSON line, as any real external sink would).
+pub const NOOP_SINK: &str = "{log: {target: /dev/null}}";
+
+/// The SQL projection sink: one row per event, stamped with the time of delivery.
+pub const PROJECTION_TABLE: &str = "CREATE TABLE IF NOT EXISTS bench_projection (
+    event_id bigint PRIMARY KEY, created_at timestamptz NOT NULL, delivered_at timestamptz NOT NULL)";
+pub const PROJECTION_SINK: &str = "{sql: {statement: \"INSERT INTO public.bench_projection (event_id, created_at, \
+                                   delivered_at) VALUES ($2, $9, clock_timestamp())\"}}";

@@ -1,0 +1,28 @@
+//! The benchmark harness behind `cargo run --release -p highwater-e2e --bin bench -- SCENARIO`:
+//! its own PostgreSQL with recorded settings, dispatcher processes, the peers on the same
+//! database in the same run, and a table of figures. Speed is measured here, never in a test;
+//! `e2e/tests/bench_smoke.rs` only runs every scenario at tiny size so the harness cannot rot.
+//!
+//! One file per job: [`db`] the database and its settings, [`dispatcher`] the dispatcher
+//! processes, [`report`] the table, one file per scenario ([`drain`], [`latency`], [`append`],
+//! [`idle`], [`fleet`], [`operator`], [`memory`]) and per peer ([`bound`] under pgbench, [`watermill`],
+//! [`river`], both built by [`go_peers`]).
+pub mod append;
+pub mod bound;
+pub mod db;
+pub mod dispatcher;
+pub mod drain;
+pub mod fleet;
+pub mod go_peers;
+pub mod idle;
+pub mod latency;
+pub mod memory;
+pub mod operator;
+pub mod report;
+pub mod river;
+pub mod sizes;
+pub mod watermill;
+
+pub use db::BenchDb;
+pub use report::{Report, Row};
+pub use sizes::{Peers, Sizes};

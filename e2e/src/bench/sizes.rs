@@ -1,0 +1,92 @@
+//! How big each scenario runs: `full` is the size the issue names, `tiny` the smoke test's.
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Sizes {
+    /// Scenario 1: events appended before the drain.
+    pub drain_events: i64,
+    /// Scenario 1: consumers draining the same events at once in the second run.
+    pub drain_consumers: usize,
+    /// Batch size of every consumer and of the peers' read loops.
+    pub batch: i64,
+    /// Scenario 2: events per second, writers, and how long.
+    pub latency_rate: u32,
+    pub latency_writers: u32,
+    pub latency_duration: Duration,
+    /// Scenario 3: how long each writer style runs, with how many clients.
+    pub append_duration: Duration,
+    pub append_clients: u32,
+    /// Scenario 4.
+    pub idle_consumers: usize,
+    pub idle_dispatchers: usize,
+    pub idle_window: Duration,
+    /// Scenario 5.
+    pub fleet_events: i64,
+    pub fleet_consumers: usize,
+    pub fleet_dispatchers: usize,
+    /// Scenario 6: pods deleted one at a time, EventConsumers applied at once.
+    pub operator_deletions: usize,
+    pub operator_consumers: usize,
+}
+
+impl Sizes {
+    pub fn full() -> Self {
+        Sizes {
+            drain_events: 1_000_000,
+            drain_consumers: 10,
+            batch: 1000,
+            latency_rate: 1000,
+            latency_writers: 4,
+            latency_duration: Duration::from_secs(30),
+            append_duration: Duration::from_secs(15),
+            append_clients: 4,
+            idle_consumers: 100,
+            idle_dispatchers: 5,
+            idle_window: Duration::from_secs(30),
+            fleet_events: 100_000,
+            fleet_consumers: 20,
+            fleet_dispatchers: 3,
+            operator_deletions: 100,
+            operator_consumers: 1000,
+        }
+    }
+
+    pub fn tiny() -> Self {
+        Sizes {
+            drain_events: 3_000,
+            drain_consumers: 3,
+            batch: 500,
+            latency_rate: 200,
+            latency_writers: 2,
+            latency_duration: Duration::from_secs(2),
+            append_duration: Duration::from_secs(1),
+            append_clients: 2,
+            idle_consumers: 10,
+            idle_dispatchers: 2,
+            idle_window: Duration::from_secs(2),
+            fleet_events: 1_000,
+            fleet_consumers: 4,
+            fleet_dispatchers: 2,
+            operator_deletions: 5,
+            operator_consumers: 20,
+        }
+    }
+}
+
+/// Which peers run beside highwater.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Peers {
+    pub bound: bool,
+    pub watermill: bool,
+    pub river: bool,
+}
+
+impl Peers {
+    pub fn all() -> Self {
+        Peers { bound: true, watermill: true, river: true }
+    }
+
+    pub fn go(&self) -> bool {
+        self.watermill || self.river
+    }
+}

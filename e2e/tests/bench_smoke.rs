@@ -1,0 +1,74 @@
+//! The benchmark harness at tiny size, so it cannot rot: every scenario runs against its own
+//! PostgreSQL with every peer (the Go peers come from `e2e/bench/peers/build.sh`, which .ci/run
+//! runs beforehand) and prints every figure. The operator scenario needs the e2e control plane
+//! (cached by `e2e/control-plane/build.sh`) and `highwater-operator` built in the same target
+//! directory (`cargo test --workspace` builds it; alone: `cargo build -p highwater-operator`). The figures themselves are not judged here: speed
+//! is measured by the benchmark (docs/benchmarks.md), never by a timed test.
+use std::process::Command;
+
+/// The table's rows as (scenario, subject, metric, value).
+fn rows(markdown: &str) -> Vec<[String; 4]> {
+    markdown
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| scenario"))
+        .map(|l| {
+            let c: Vec<String> = l.split(" | ").map(|c| c.trim_matches(['|', ' ']).to_owned()).collect();
+            [c[0].clone(), c[1].clone(), c[2].clone(), c[3].clone()]
+        })
+        .collect()
+}
+
+/// The leading number of a value like `12,345`, `6.2 ms` or `20.6 MiB`.
+fn number(v: &str) -> f64 {
+    let n: String =
+        v.chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ',').filter(|c| *c != ',').collect();
+    n.parse().unwrap_or_else(|_| panic!("{v:?} is not a figure"))
+}
+
+#[test]
+fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("table.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["all", "--size", "tiny", "--peers", "all", "--markdown"])
+        .arg(&table)
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench all --size tiny failed:\n{stderr}");
+    let md = std::fs::read_to_string(&table).unwrap();
+    let rows = rows(&md);
+    let figure = |scenario: &str, subject: &str, metric: &str| -> f64 {
+        let r = rows
+            .iter()
+            .find(|r| r[0] == scenario && r[1] == subject && r[2].starts_with(metric))
+            .unwrap_or_else(|| panic!("no row {scenario} / {subject} / {metric} in:\n{md}"));
+        number(&r[3])
+    };
+
+    for metric in
+        ["events/s, 1 consumer, no-op sink", "events/s, 1 consumer, SQL projection sink", "events/s, 3 consumers"]
+    {
+        assert!(figure("1 drain", "highwater", metric) > 0.0, "{metric}");
+    }
+    assert!(figure("1 drain", "pgbench bound", "events/s, 1 cursor") > 0.0);
+    assert!(figure("1 drain", "watermill-sql", "events/s") > 0.0, "watermill-sql peer:\n{md}");
+    assert!(figure("1 drain", "River", "jobs/s") > 0.0, "River peer:\n{md}");
+    for mode in ["highwater, NOTIFY + 1 s safety poll", "highwater, polling every 100 ms, no NOTIFY"] {
+        let p50 = figure("2 latency", mode, "commit-to-sink p50");
+        let max = figure("2 latency", mode, "commit-to-sink max");
+        assert!(p50 > 0.0 && p50 <= max, "{mode}: p50 {p50} max {max}");
+    }
+    assert!(figure("3 append", "append API (highwater.append)", "events/s") > 0.0);
+    assert!(figure("3 append", "plain INSERT (table without xid8, index, trigger)", "events/s") > 0.0);
+    // Idle dispatchers still poll the head (the safety net), so the figure is never zero.
+    assert!(figure("4 idle", "highwater", "statements/s per dispatcher") > 0.0);
+    let shares: f64 =
+        rows.iter().filter(|r| r[0] == "5 fleet" && r[2] == "share of deliveries").map(|r| number(&r[3])).sum();
+    assert!((shares - 100.0).abs() < 0.5, "fleet shares add up to {shares} %:\n{md}");
+    let p50 = figure("6 operator", "highwater-operator", "pod deletion → shard removal p50");
+    assert!(p50 <= figure("6 operator", "highwater-operator", "pod deletion → shard removal max"));
+    assert!(figure("6 operator", "highwater-operator", "EventConsumers reconciled into rows per second") > 0.0);
+    assert!(figure("7 memory", "highwater", "dispatcher RSS, idle") > 1.0);
+    assert!(figure("7 memory", "highwater", "dispatcher peak RSS, drain, 1 consumer") > 1.0);
+}
