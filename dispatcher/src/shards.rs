@@ -69,25 +69,34 @@ pub struct Shard {
 /// before every event; `latest` is the newest event below the fence, so events of transactions
 /// still running are delivered. Returns whether a row was created.
 pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, pod_uid: Option<&str>) -> Result<bool> {
+    Ok(register_all(conn, &[(consumer, instance)], pod_uid).await? == 1)
+}
+
+/// [`register`] for many `(consumer, instance)` shards in one statement (a dispatcher's reload
+/// makes sure all its shards exist: one round trip whatever the number of consumers). Returns
+/// how many rows were created.
+pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_uid: Option<&str>) -> Result<u64> {
+    let (consumers, instances): (Vec<&str>, Vec<&str>) = shards.iter().copied().unzip();
     let r = sqlx::query(
         "INSERT INTO highwater.consumer_shards
                 (consumer, instance_id, cursor_tx, cursor_id, status, pod_uid, heartbeat_at)
-         SELECT c.name, $2, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
+         SELECT c.name, w.instance_id, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
                 CASE WHEN c.suspended THEN 'disabled' ELSE 'idle' END, $3, now()
-           FROM highwater.consumers c
+           FROM unnest($1::text[], $2::text[]) AS w(consumer, instance_id)
+           JOIN highwater.consumers c ON c.name = w.consumer
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
                  WHERE c.start_from = 'latest' AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
                  ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
-          WHERE c.name = $1
+          ORDER BY c.name, w.instance_id
          ON CONFLICT (consumer, instance_id) DO NOTHING",
     )
-    .bind(consumer)
-    .bind(instance)
+    .bind(consumers)
+    .bind(instances)
     .bind(pod_uid)
     .execute(conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    Ok(r.rows_affected())
 }
 
 // `retry_in_ms` is computed by the database, whose clock also set `next_attempt_at`.

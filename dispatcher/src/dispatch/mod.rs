@@ -245,11 +245,12 @@ async fn wait_ready_database(pool: &PgPool, st: &Startup) -> Result<()> {
 async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: bool) -> Result<()> {
     let (pool, cfg) = (&env.pool, &env.cfg);
     let defs = definitions::load_group(pool, &cfg.group).await?;
-    let mut conn = pool.acquire().await?;
-    for d in &defs {
-        shards::register(&mut conn, &d.name, shard_instance(cfg, d), None).await?;
+    // One statement per reload, not one per consumer: an idle dispatcher's queries must not grow
+    // with the number of consumers.
+    let wanted_shards: Vec<(&str, &str)> = defs.iter().map(|d| (d.name.as_str(), shard_instance(cfg, d))).collect();
+    if !wanted_shards.is_empty() {
+        shards::register_all(&mut *pool.acquire().await?, &wanted_shards, None).await?;
     }
-    drop(conn);
     if startup {
         check_cursors(pool, &cfg.group, &cfg.instance_id).await?;
     }
