@@ -35,7 +35,8 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     report.add(S, "highwater", "events/s (sum over consumers)", per_s(total / took.as_secs_f64()), &shape);
     for p in &procs {
         let done = p.processed().await?;
-        let events: f64 = done.iter().map(|(_, v)| v).sum();
+        // Not `sum()`: an empty f64 sum is -0.0, printed "-0.0 %" for a process that delivered nothing.
+        let events = done.iter().fold(0.0, |acc, (_, v)| acc + v);
         let touched = done.iter().filter(|(_, v)| *v > 0.0).count();
         report.add(
             S,
