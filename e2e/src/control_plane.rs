@@ -235,6 +235,15 @@ impl ControlPlane {
         self.admin.kubectl(args).await
     }
 
+    /// kubectl as the admin with `input` on its stdin; the caller checks the status.
+    pub async fn kubectl_with_input<I, S>(&self, args: I, input: &str) -> Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.admin.kubectl_with_input(args, input).await
+    }
+
     /// kubectl as the admin; its stdout, or an error with its stderr.
     pub async fn kubectl_ok<I, S>(&self, args: I) -> Result<String>
     where

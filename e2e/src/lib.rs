@@ -30,6 +30,7 @@ pub mod chaos;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod etcd;
+pub mod gomod;
 pub mod helm;
 pub mod kubeconfig;
 pub mod kwok;

@@ -39,6 +39,22 @@ pub struct Running {
     pub terminating: bool,
 }
 
+/// Where `cargo test --workspace` built `highwater` and `highwater-operator` for the running test
+/// binary (target/<profile>): the programs the pod runner runs. Panics with the build command when
+/// one is missing.
+pub fn built_programs() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf();
+    for bin in ["highwater", "highwater-operator"] {
+        assert!(
+            dir.join(bin).is_file(),
+            "{} is missing: run `cargo build --bins -p highwater -p highwater-operator` (or `cargo test --workspace`)",
+            dir.join(bin).display()
+        );
+    }
+    dir
+}
+
 #[derive(Clone)]
 struct Setup {
     client: kube::Client,

@@ -35,43 +35,7 @@ pub const OPERATOR_MODULE: &str = "github.com/prometheus-operator/prometheus-ope
 /// The directory of the Prometheus Operator's CRD manifests (`example/prometheus-operator-crd`),
 /// from its Go module, downloaded once through the module proxy into the e2e Go module cache.
 pub async fn operator_crds() -> Result<PathBuf> {
-    let cache = match std::env::var_os("HIGHWATER_E2E_CACHE") {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache/highwater-e2e"),
-    };
-    let out = tokio::process::Command::new(go(&cache))
-        .args(["mod", "download", "-json", OPERATOR_MODULE])
-        .env("GOMODCACHE", cache.join("go/mod"))
-        .env("GOFLAGS", "-mod=mod")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .await
-        .context("running go (Go is needed to fetch the Prometheus Operator's CRDs: install it or put it on PATH)")?;
-    if !out.status.success() {
-        bail!("go mod download {OPERATOR_MODULE}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v: Value = serde_json::from_slice(&out.stdout)?;
-    let dir = v["Dir"].as_str().with_context(|| format!("go mod download printed no Dir: {v}"))?;
-    Ok(PathBuf::from(dir).join("example/prometheus-operator-crd"))
-}
-
-/// Go: the one on PATH, else the toolchain `e2e/control-plane/build.sh` fetched into the cache,
-/// else the usual install directory.
-fn go(cache: &Path) -> PathBuf {
-    let on_path =
-        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join("go")).find(|p| p.is_file()));
-    let cached = || {
-        let dir = cache.join("go/toolchain/golang.org");
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok().map(|e| e.path().join("bin/go")))
-            .filter(|p| p.is_file())
-            .collect();
-        found.sort();
-        found.pop()
-    };
-    on_path.or_else(cached).unwrap_or_else(|| PathBuf::from("/usr/local/go/bin/go"))
+    Ok(crate::gomod::module_dir(OPERATOR_MODULE).await?.join("example/prometheus-operator-crd"))
 }
 
 /// One scrape target of a `file_sd` file: an address and the target labels Prometheus attaches.

@@ -3,11 +3,12 @@
 use std::{
     ffi::OsStr,
     path::{Path, PathBuf},
-    process::Output,
+    process::{Output, Stdio},
 };
 
 use anyhow::{Context, Result, bail};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::io::AsyncWriteExt;
 
 use crate::{kubeconfig, pki::Pki};
 
@@ -89,6 +90,21 @@ impl User {
         let mut command = self.kubectl_command();
         command.args(args);
         command.output().await.with_context(|| format!("running {}", self.kubectl.display()))
+    }
+
+    /// Runs kubectl with `args` and `input` on its stdin (`apply -f -`); the caller checks the status.
+    pub async fn kubectl_with_input<I, S>(&self, args: I, input: &str) -> Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = self.kubectl_command();
+        command.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().with_context(|| format!("running {}", self.kubectl.display()))?;
+        let mut stdin = child.stdin.take().context("kubectl's stdin")?;
+        stdin.write_all(input.as_bytes()).await.context("writing to kubectl")?;
+        drop(stdin);
+        child.wait_with_output().await.context("waiting for kubectl")
     }
 
     /// Runs kubectl with `args` and returns its stdout; an error with stderr if it fails.

@@ -1,48 +1,21 @@
 //! Every object the chart renders, with each values file of charts/highwater/ci, is validated by
 //! the real API server (`kubectl apply --dry-run=server`), the monitoring and KEDA objects against
 //! the Prometheus Operator's and KEDA's own CRD schemas (from their published Go modules).
-use std::{path::PathBuf, process::Stdio};
+use std::path::PathBuf;
 
-use highwater_e2e::{ControlPlane, helm};
-use tokio::io::AsyncWriteExt;
+use highwater_e2e::{ControlPlane, gomod, helm};
 
-const PROMETHEUS_OPERATOR: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
 const KEDA: &str = "github.com/kedacore/keda/v2@v2.21.0";
 
-/// The module's directory in the e2e Go module cache, downloaded through the module proxy.
-async fn module_dir(module: &str) -> PathBuf {
-    let cache = std::env::var_os("HIGHWATER_E2E_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/highwater-e2e"));
-    let out = tokio::process::Command::new("go")
-        .args(["mod", "download", "-json", module])
-        .env("GOMODCACHE", cache.join("go/mod"))
-        .env("GOFLAGS", "-mod=mod")
-        .current_dir(std::env::temp_dir())
-        .output()
-        .await
-        .expect("running go (the Go toolchain is needed to fetch the CRDs: install Go or put it on PATH)");
-    assert!(out.status.success(), "go mod download {module}: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    PathBuf::from(v["Dir"].as_str().expect("Dir"))
-}
-
 async fn dry_run(cp: &ControlPlane, manifests: &str) -> std::process::Output {
-    let mut cmd = cp.kubectl_command();
-    cmd.args(["apply", "--dry-run=server", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(manifests.as_bytes()).await.unwrap();
-    child.wait_with_output().await.unwrap()
+    cp.kubectl_with_input(["apply", "--dry-run=server", "-f", "-"], manifests).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rendered_object_passes_server_side_validation() {
     let cp = ControlPlane::start().await.unwrap();
-    let po = module_dir(PROMETHEUS_OPERATOR).await.join("example/prometheus-operator-crd");
-    let keda = module_dir(KEDA).await.join("config/crd/bases");
+    let po = highwater_e2e::prometheus::operator_crds().await.unwrap();
+    let keda = gomod::module_dir(KEDA).await.unwrap().join("config/crd/bases");
     for crd in [
         po.join("monitoring.coreos.com_servicemonitors.yaml"),
         po.join("monitoring.coreos.com_podmonitors.yaml"),

@@ -19,8 +19,6 @@
 //! highwater-operator`), prometheus (Debian's package) and Go (for the Prometheus Operator's CRDs).
 use std::{
     collections::BTreeMap,
-    path::PathBuf,
-    process::Stdio,
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -39,7 +37,6 @@ use highwater_e2e::{
 };
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::io::AsyncWriteExt;
 
 const NS: &str = "hw";
 const RELEASE: &str = "hw";
@@ -88,29 +85,12 @@ spec:
   sink: {sql: {statement: 'SELECT $2 FROM pg_sleep(0.25)'}}
 "#;
 
-fn programs() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf();
-    for bin in ["highwater", "highwater-operator"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: run `cargo build --bins -p highwater -p highwater-operator` (or `cargo test --workspace`)",
-            dir.join(bin).display()
-        );
-    }
-    dir
-}
-
 fn now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
 async fn kubectl_apply(cp: &ControlPlane, yaml: &str) {
-    let mut kubectl = cp.kubectl_command();
-    kubectl.args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = kubectl.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(yaml.as_bytes()).await.unwrap();
-    let out = child.wait_with_output().await.unwrap();
+    let out = cp.kubectl_with_input(["apply", "-f", "-"], yaml).await.unwrap();
     assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -232,7 +212,7 @@ fn label_values_query(q: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_installed_monitoring_works_against_a_real_prometheus() {
-    let programs = programs();
+    let programs = highwater_e2e::pod_runner::built_programs();
     let crds = prometheus::operator_crds().await.unwrap();
     let cp = ControlPlane::builder().controller_manager().kwok().start().await.expect("control plane");
     let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("postgres");

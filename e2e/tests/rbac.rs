@@ -4,10 +4,8 @@
 //! every authenticated identity (measured on an account with no bindings). The dispatcher and the
 //! migration Job have none, and their pods mount no token at all.
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
 
 use highwater_e2e::{ControlPlane, helm};
-use tokio::io::AsyncWriteExt;
 
 /// (resource as kubectl prints it, verbs sorted).
 type Rights = BTreeSet<(String, String)>;
@@ -56,11 +54,7 @@ async fn can_i(cp: &ControlPlane, account: &str, ns: &str) -> Rights {
 }
 
 async fn apply(cp: &ControlPlane, manifests: &str) {
-    let mut cmd = cp.kubectl_command();
-    cmd.args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(manifests.as_bytes()).await.unwrap();
-    let out = child.wait_with_output().await.unwrap();
+    let out = cp.kubectl_with_input(["apply", "-f", "-"], manifests).await.unwrap();
     assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -8,11 +8,7 @@
 //!
 //! Needs `highwater` and `highwater-operator` built in the target directory (`cargo test
 //! --workspace` builds them; alone: `cargo build --bins -p highwater -p highwater-operator`).
-use std::{
-    path::PathBuf,
-    process::Stdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use highwater::{
     db,
@@ -22,7 +18,6 @@ use highwater::{
 };
 use highwater_e2e::{ControlPlane, PodRunner, helm, wait_for};
 use sqlx::PgPool;
-use tokio::io::AsyncWriteExt;
 
 const NS: &str = "hw";
 const RELEASE: &str = "hw";
@@ -39,20 +34,6 @@ spec:
   group: default
   sink: {log: {target: stderr}}
 "#;
-
-/// target/debug (or release), where `highwater` and `highwater-operator` are built.
-fn programs() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf();
-    for bin in ["highwater", "highwater-operator"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: run `cargo build --bins -p highwater -p highwater-operator` (or `cargo test --workspace`)",
-            dir.join(bin).display()
-        );
-    }
-    dir
-}
 
 /// (instance_id, pod_uid, cursor_id) of consumer `live`'s shards.
 async fn shards(pool: &PgPool) -> Vec<(String, Option<String>, i64)> {
@@ -85,7 +66,7 @@ async fn stored_events(pool: &PgPool) -> i64 {
 
 /// `highwater events prune --older-than 0 --stream-type order`: (success, stdout + stderr).
 async fn prune(url: &str) -> (bool, String) {
-    let out = tokio::process::Command::new(programs().join("highwater"))
+    let out = tokio::process::Command::new(highwater_e2e::pod_runner::built_programs().join("highwater"))
         .args(["events", "prune", "--older-than", "0", "--stream-type", STREAM])
         .env("DATABASE_URL", url)
         .output()
@@ -172,7 +153,7 @@ fn diagnostics(runner: &PodRunner) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn helm_installed_release_scales_down_and_the_operator_removes_the_shards() {
-    let programs = programs();
+    let programs = highwater_e2e::pod_runner::built_programs();
     let cp = ControlPlane::builder().controller_manager().kwok().start().await.expect("control plane");
     let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("postgres");
     let url = pg.url();
@@ -225,11 +206,7 @@ async fn helm_installed_release_scales_down_and_the_operator_removes_the_shards(
     cp.kubectl_ok(["wait", "--for", "condition=established", "crd/eventconsumers.highwater.dev", "--timeout=60s"])
         .await
         .unwrap();
-    let mut kubectl = cp.kubectl_command();
-    kubectl.args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = kubectl.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(CONSUMER.as_bytes()).await.unwrap();
-    let out = child.wait_with_output().await.unwrap();
+    let out = cp.kubectl_with_input(["apply", "-f", "-"], CONSUMER).await.unwrap();
     assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
 
     let pods = wait_for_pod_shards(&cp, &runner, &pool, 3).await;

@@ -141,12 +141,7 @@ where
 }
 
 pub async fn apply(w: &World, yaml: &str) -> std::process::Output {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = w.cp.kubectl_command();
-    cmd.args(["apply", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(yaml.as_bytes()).await.unwrap();
-    child.wait_with_output().await.unwrap()
+    w.cp.kubectl_with_input(["apply", "-f", "-"], yaml).await.unwrap()
 }
 
 pub fn pod(name: &str, ns: &str, group: &str) -> String {
