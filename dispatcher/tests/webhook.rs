@@ -501,7 +501,14 @@ async fn private_targets_are_refused_under_block_private_until_allowed() {
         &db.url,
         "p0",
         logs.path(),
-        &[("HIGHWATER_WEBHOOK_BLOCK_PRIVATE", "true"), ("HIGHWATER_WEBHOOK_ALLOW", "127.0.0.0/8,::1")],
+        // A proxy would resolve names out of the policy's sight: under a policy it is bypassed (this
+        // one would refuse every request).
+        &[
+            ("HIGHWATER_WEBHOOK_BLOCK_PRIVATE", "true"),
+            ("HIGHWATER_WEBHOOK_ALLOW", "127.0.0.0/8,::1"),
+            ("HTTP_PROXY", "http://127.0.0.1:9"),
+            ("http_proxy", "http://127.0.0.1:9"),
+        ],
     );
     rx.wait_requests("address", 3, Duration::from_secs(30)).await;
     rx.wait_requests("name", 3, Duration::from_secs(30)).await;

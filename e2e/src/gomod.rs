@@ -7,10 +7,7 @@ use serde_json::Value;
 
 /// The directory of `module` (`path@version`) in the e2e Go module cache, downloaded once.
 pub async fn module_dir(module: &str) -> Result<PathBuf> {
-    let cache = match std::env::var_os("HIGHWATER_E2E_CACHE") {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache/highwater-e2e"),
-    };
+    let cache = crate::cache_dir()?;
     let out = tokio::process::Command::new(go(&cache))
         .args(["mod", "download", "-json", module])
         .env("GOMODCACHE", cache.join("go/mod"))

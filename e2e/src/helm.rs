@@ -29,10 +29,7 @@ fn find() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("HIGHWATER_HELM") {
         return Ok(p.into());
     }
-    let cache = match std::env::var_os("HIGHWATER_E2E_CACHE") {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache/highwater-e2e"),
-    };
+    let cache = crate::cache_dir()?;
     let bin = cache.join("tools/helm");
     let script = repo_root().join("charts/build-helm.sh");
     let text = std::fs::read_to_string(&script).with_context(|| format!("reading {}", script.display()))?;

@@ -49,3 +49,16 @@ pub use control_plane::{ControlPlane, ControlPlaneBuilder};
 pub use pod_runner::PodRunner;
 pub use user::User;
 pub use wait::wait_for;
+
+/// `$HIGHWATER_E2E_CACHE`, else `~/.cache/highwater-e2e`: where the control plane, helm, the
+/// benchmark peers and Go modules are built and kept between runs.
+pub fn cache_dir() -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    match std::env::var_os("HIGHWATER_E2E_CACHE") {
+        Some(c) => Ok(c.into()),
+        None => {
+            Ok(std::path::PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?)
+                .join(".cache/highwater-e2e"))
+        }
+    }
+}

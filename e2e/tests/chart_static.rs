@@ -128,39 +128,9 @@ fn promtool() -> PathBuf {
     })
 }
 
-/// helm: `$HIGHWATER_HELM`, else the cached build of `charts/build-helm.sh` (built now if it is
-/// missing or was built at another version than the script pins).
-fn helm() -> &'static Path {
-    static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        if let Some(p) = std::env::var_os("HIGHWATER_HELM") {
-            return p.into();
-        }
-        let cache = std::env::var_os("HIGHWATER_E2E_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/highwater-e2e")
-        });
-        let bin = cache.join("tools/helm");
-        let script = root().join("charts/build-helm.sh");
-        let pinned = read(&script)
-            .lines()
-            .find_map(|l| l.strip_prefix("HELM_VERSION=").map(str::to_owned))
-            .expect("charts/build-helm.sh sets HELM_VERSION");
-        // A helm placed there by hand (no stamp) is used as it is.
-        let stamp = fs::read_to_string(cache.join("tools/helm.version")).ok();
-        if bin.is_file() && stamp.is_none_or(|s| s.trim() == pinned) {
-            return bin;
-        }
-        eprintln!("building helm {pinned} with {} (once; a few minutes)", script.display());
-        let out = Command::new("bash").arg(&script).output().expect("running charts/build-helm.sh");
-        assert!(
-            out.status.success(),
-            "charts/build-helm.sh failed (set HIGHWATER_HELM to a helm v3 binary to skip the build):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_owned();
-        assert!(Path::new(&path).is_file(), "charts/build-helm.sh printed no helm path: {path:?}");
-        PathBuf::from(path)
-    })
+/// helm: `$HIGHWATER_HELM`, else the cached build of `charts/build-helm.sh` ([`highwater_e2e::helm::helm`]).
+fn helm() -> PathBuf {
+    highwater_e2e::helm::helm().expect("helm (set HIGHWATER_HELM to a helm v3 binary to skip the build)")
 }
 
 /// Runs a command; returns (success, stdout, stderr).
