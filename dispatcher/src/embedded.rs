@@ -22,6 +22,10 @@ pub struct EmbeddedOptions {
     pub settings: Vec<(String, String)>,
     /// A fixed port instead of a free one.
     pub port: Option<u16>,
+    /// Start the cluster's transaction counter here (an `xid8`: epoch in the high 32 bits)
+    /// instead of just after initdb's, so tests can cross the boundaries a long-lived database
+    /// crosses: a power of ten, and the 32-bit epoch. Set with `pg_resetwal -x/-e`.
+    pub next_xid: Option<u64>,
 }
 
 impl Default for EmbeddedOptions {
@@ -34,6 +38,7 @@ impl Default for EmbeddedOptions {
                 ("max_connections".into(), "200".into()),
             ],
             port: None,
+            next_xid: None,
         }
     }
 }
@@ -133,6 +138,9 @@ impl EmbeddedPostgres {
         let mut pg =
             EmbeddedPostgres { dir: Some(dir), bindir, port: 0, run_as, child: None, settings: options.settings };
         pg.initdb()?;
+        if let Some(xid) = options.next_xid {
+            pg.reset_next_xid(xid)?;
+        }
         pg.port = match options.port {
             Some(p) => p,
             None => free_port()?,
@@ -167,6 +175,57 @@ impl EmbeddedPostgres {
             .map_err(Error::io("running initdb"))?;
         if !out.status.success() {
             return Err(Error::Config(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        Ok(())
+    }
+
+    /// `pg_resetwal -x/-e` on the stopped cluster. The commit-log segment that holds the new id
+    /// must exist before the server starts (as pg_resetwal's manual says), so it is created
+    /// zero-filled: no transaction in it has committed yet.
+    fn reset_next_xid(&self, next: u64) -> Result<()> {
+        let (epoch, xid) = ((next >> 32) as u32, next as u32);
+        if xid < 3 {
+            return Err(Error::Config(format!(
+                "next_xid {next}: its low 32 bits must be at least 3 (ids 0-2 are reserved)"
+            )));
+        }
+        // initdb creates the `postgres` database after freezing template1: rows with ordinary
+        // xmins that a counter moved 2^31 ahead would read as written in the future (invisible).
+        // Freeze them first, in single-user mode.
+        let mut single = self
+            .command("postgres")
+            .args(["--single", "-D"])
+            .arg(self.data_dir())
+            .arg("postgres")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(Error::io("starting postgres --single"))?;
+        std::io::Write::write_all(single.stdin.as_mut().expect("piped stdin"), b"VACUUM FREEZE;\n")
+            .map_err(Error::io("writing to postgres --single"))?;
+        drop(single.stdin.take());
+        let out = single.wait_with_output().map_err(Error::io("running postgres --single"))?;
+        if !out.status.success() {
+            return Err(Error::Config(format!("VACUUM FREEZE failed: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        // 32 pages of 8 kB, two status bits a transaction: 1,048,576 transactions a segment.
+        const XACTS_PER_SEGMENT: u32 = 32 * 8192 * 4;
+        let segment = self.data_dir().join("pg_xact").join(format!("{:04X}", xid / XACTS_PER_SEGMENT));
+        if !segment.exists() {
+            std::fs::write(&segment, vec![0u8; 32 * 8192]).map_err(Error::io("creating a pg_xact segment"))?;
+            if let Some(u) = &self.run_as {
+                let _ = chown(&segment, Some(u.uid), Some(u.gid));
+            }
+        }
+        let out = self
+            .command("pg_resetwal")
+            .args(["-x", &xid.to_string(), "-e", &epoch.to_string(), "-D"])
+            .arg(self.data_dir())
+            .output()
+            .map_err(Error::io("running pg_resetwal"))?;
+        if !out.status.success() {
+            return Err(Error::Config(format!("pg_resetwal failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         Ok(())
     }
@@ -270,6 +329,24 @@ impl EmbeddedPostgres {
         self.stop();
         self.spawn().await
     }
+}
+
+/// Uses up transaction ids until the next one assigned is at least `target` (an `xid8`), so a
+/// test can stand just below a boundary after its setup. One server-side loop, a commit each.
+pub async fn burn_xids_to(pool: &sqlx::PgPool, target: u64) -> Result<()> {
+    let next: crate::Xid8 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetch_one(pool).await?;
+    if next.0 >= target {
+        return Ok(());
+    }
+    let n = target - next.0;
+    // The simple protocol: a DO block may commit only outside a transaction block.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DO $$ BEGIN FOR i IN 1..{n} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$"
+    )))
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 impl Drop for EmbeddedPostgres {

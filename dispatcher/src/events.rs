@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::{PgConnection, types::Json};
 
-use crate::{Error, Position, Result};
+use crate::{Error, Position, Result, Xid8};
 
 /// An event to append. `metadata.correlation_id` is filled in when absent.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ impl Event {
 #[derive(sqlx::FromRow)]
 pub(crate) struct EventRow {
     pub id: i64,
-    pub tx: String,
+    pub tx: Xid8,
     pub stream_type: String,
     pub stream_id: String,
     pub stream_version: Option<i64>,
@@ -98,7 +98,7 @@ impl TryFrom<EventRow> for Event {
     fn try_from(r: EventRow) -> Result<Event> {
         Ok(Event {
             id: r.id,
-            tx_id: Position::parse_tx(&r.tx)?,
+            tx_id: r.tx.0,
             stream_type: r.stream_type,
             stream_id: r.stream_id,
             stream_version: r.stream_version,
@@ -112,5 +112,5 @@ impl TryFrom<EventRow> for Event {
 }
 
 /// Columns of [`EventRow`], for queries that read events.
-pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id::text AS tx, e.stream_type, e.stream_id, \
+pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
      e.stream_version, e.event_type, e.tenant_id, e.payload, e.metadata, e.created_at";

@@ -26,4 +26,4 @@ pub mod sse;
 
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
-pub use position::Position;
+pub use position::{Position, Xid8};

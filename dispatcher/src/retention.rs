@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
 
-use crate::{Error, Position, Result};
+use crate::{Error, Position, Result, Xid8};
 
 /// How long a batch waits for the lock (running cursor updates) before giving up.
 const LOCK_TIMEOUT: &str = "30s";
@@ -177,8 +177,8 @@ pub async fn prune_batch(conn: &mut PgConnection, c: &Criteria, limit: i64, boun
         Some(b) => Some(b),
         None => newest_candidate(conn, c).await?,
     };
-    let ids: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT tx_id::text, id FROM highwater.events
+    let ids: Vec<(Xid8, i64)> = sqlx::query_as(
+        "SELECT tx_id, id FROM highwater.events
           WHERE created_at < $1 AND ($2::text[] IS NULL OR stream_type = ANY ($2))
           ORDER BY tx_id, id LIMIT $3",
     )
@@ -187,10 +187,10 @@ pub async fn prune_batch(conn: &mut PgConnection, c: &Criteria, limit: i64, boun
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
-    let Some((tx, id)) = ids.last() else {
+    let Some(&last) = ids.last() else {
         return Ok(Batch { deleted: Vec::new(), bound });
     };
-    let last = Position::new(Position::parse_tx(tx)?, *id);
+    let last = Position::from(last);
     let check = bound.map_or(last, |b| b.max(last));
     let blockers = blockers(conn, check).await?;
     if !blockers.is_empty() {
@@ -209,8 +209,8 @@ pub async fn prune_batch(conn: &mut PgConnection, c: &Criteria, limit: i64, boun
 }
 
 async fn newest_candidate(conn: &mut PgConnection, c: &Criteria) -> Result<Option<Position>> {
-    let row: Option<(String, i64)> = sqlx::query_as(
-        "SELECT tx_id::text, id FROM highwater.events
+    let row: Option<(Xid8, i64)> = sqlx::query_as(
+        "SELECT tx_id, id FROM highwater.events
           WHERE created_at < $1 AND ($2::text[] IS NULL OR stream_type = ANY ($2))
           ORDER BY tx_id DESC, id DESC LIMIT 1",
     )
@@ -218,20 +218,20 @@ async fn newest_candidate(conn: &mut PgConnection, c: &Criteria) -> Result<Optio
     .bind(&c.stream_types)
     .fetch_optional(conn)
     .await?;
-    row.map(|(tx, id)| Ok(Position::new(Position::parse_tx(&tx)?, id))).transpose()
+    Ok(row.map(Position::from))
 }
 
 /// Non-disabled shards whose cursor is before `upto`: they have not processed every event up to
 /// it. Disabled shards do not count: disabling is how an operator accepts the loss.
 pub async fn blockers(conn: &mut PgConnection, upto: Position) -> Result<Vec<Blocker>> {
     let rows = sqlx::query(
-        "SELECT consumer, instance_id, cursor_tx::text AS cursor_tx, cursor_id, status,
+        "SELECT consumer, instance_id, cursor_tx, cursor_id, status,
                 extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
            FROM highwater.consumer_shards
-          WHERE status <> 'disabled' AND (cursor_tx, cursor_id) < ($1::text::xid8, $2)
+          WHERE status <> 'disabled' AND (cursor_tx, cursor_id) < ($1, $2)
           ORDER BY consumer, instance_id",
     )
-    .bind(upto.tx_text())
+    .bind(upto.xid8())
     .bind(upto.id)
     .fetch_all(conn)
     .await?;
@@ -240,7 +240,7 @@ pub async fn blockers(conn: &mut PgConnection, upto: Position) -> Result<Vec<Blo
             Ok(Blocker {
                 consumer: r.try_get("consumer")?,
                 instance_id: r.try_get("instance_id")?,
-                cursor: Position::new(Position::parse_tx(r.try_get("cursor_tx")?)?, r.try_get("cursor_id")?),
+                cursor: Position::from((r.try_get("cursor_tx")?, r.try_get("cursor_id")?)),
                 status: r.try_get("status")?,
                 heartbeat_age: r
                     .try_get::<Option<f64>, _>("heartbeat_age")?

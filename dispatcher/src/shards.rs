@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
-    Error, Event, Position, Result,
+    Error, Event, Position, Result, Xid8,
     events::{EVENT_COLUMNS, EventRow},
 };
 
@@ -119,7 +119,7 @@ pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str
     Ok(false)
 }
 
-const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx::text AS cursor_tx, cursor_id, status, \
+const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
      (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms";
 
@@ -127,7 +127,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,
-        cursor: Position::new(Position::parse_tx(r.try_get("cursor_tx")?)?, r.try_get("cursor_id")?),
+        cursor: Position::from((r.try_get("cursor_tx")?, r.try_get("cursor_id")?)),
         status: r.try_get::<&str, _>("status")?.parse()?,
         attempts: r.try_get("attempts")?,
         last_error: r.try_get("last_error")?,
@@ -228,31 +228,31 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
         "WITH s AS MATERIALIZED (
              SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence,
                     pg_snapshot_xmax(pg_current_snapshot()) AS next)
-         SELECT s.next::text AS next_xid, h.tx_id::text AS head_tx, h.id AS head_id, b.*
+         SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, b.*
            FROM s
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
                  WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
            LEFT JOIN LATERAL (
-                SELECT {EVENT_COLUMNS}, e.tx_id AS tx8 FROM highwater.events e
-                 WHERE (e.tx_id, e.id) > ($1::text::xid8, $2)
+                SELECT {EVENT_COLUMNS} FROM highwater.events e
+                 WHERE (e.tx_id, e.id) > ($1, $2)
                    AND e.tx_id < s.fence
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
-          ORDER BY b.tx8, b.id"
+          ORDER BY b.tx, b.id"
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(cursor.tx_text())
+        .bind(cursor.xid8())
         .bind(cursor.id)
         .bind(types)
         .bind(limit)
         .fetch_all(conn)
         .await?;
     let first = rows.first().ok_or_else(|| Error::Config("fence query returned no row".into()))?;
-    let next_xid = Position::parse_tx(first.try_get("next_xid")?)?;
-    let head = match first.try_get::<Option<&str>, _>("head_tx")? {
-        Some(tx) => Some(Position::new(Position::parse_tx(tx)?, first.try_get("head_id")?)),
+    let next_xid = first.try_get::<Xid8, _>("next_xid")?.0;
+    let head = match first.try_get::<Option<Xid8>, _>("head_tx")? {
+        Some(tx) => Some(Position::from((tx, first.try_get("head_id")?))),
         None => None,
     };
     let mut events = Vec::with_capacity(rows.len());
@@ -289,18 +289,18 @@ pub async fn advance(
 ) -> Result<bool> {
     let r = sqlx::query(
         "UPDATE highwater.consumer_shards
-            SET cursor_tx = $3::text::xid8, cursor_id = $4, status = 'idle', attempts = 0,
+            SET cursor_tx = $3, cursor_id = $4, status = 'idle', attempts = 0,
                 last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL,
                 delivered_count = delivered_count + $7, heartbeat_at = now(), updated_at = now()
           WHERE consumer = $1 AND instance_id = $2
-            AND cursor_tx = $5::text::xid8 AND cursor_id = $6
+            AND cursor_tx = $5 AND cursor_id = $6
             AND status IN ('idle', 'processing')",
     )
     .bind(&shard.consumer)
     .bind(&shard.instance_id)
-    .bind(to.tx_text())
+    .bind(to.xid8())
     .bind(to.id)
-    .bind(from.tx_text())
+    .bind(from.xid8())
     .bind(from.id)
     .bind(delivered)
     .execute(conn)
@@ -342,7 +342,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     let r = sqlx::query(
         "WITH upd AS (
             UPDATE highwater.consumer_shards
-               SET cursor_tx = $3::text::xid8, cursor_id = $4, status = $7,
+               SET cursor_tx = $3, cursor_id = $4, status = $7,
                    attempts = CASE WHEN $12 THEN 0 ELSE $8 END,
                    last_error = CASE WHEN $12 THEN NULL ELSE $9 END,
                    failing_event_id = CASE WHEN $12 THEN NULL ELSE $10 END,
@@ -350,7 +350,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
                    delivered_count = delivered_count + $13,
                    heartbeat_at = now(), updated_at = now()
              WHERE consumer = $1 AND instance_id = $2
-               AND cursor_tx = $5::text::xid8 AND cursor_id = $6
+               AND cursor_tx = $5 AND cursor_id = $6
                AND status IN ('idle', 'processing')
             RETURNING consumer, instance_id),
          parked AS (
@@ -361,9 +361,9 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     )
     .bind(&shard.consumer)
     .bind(&shard.instance_id)
-    .bind(cursor.tx_text())
+    .bind(cursor.xid8())
     .bind(cursor.id)
-    .bind(from.tx_text())
+    .bind(from.xid8())
     .bind(from.id)
     .bind(status)
     .bind(f.attempts)

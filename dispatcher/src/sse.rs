@@ -18,7 +18,7 @@ use sqlx::PgPool;
 use tokio::sync::{RwLock, broadcast};
 
 use crate::{
-    Event, Position, Result,
+    Event, Position, Result, Xid8,
     events::{EVENT_COLUMNS, EventRow},
     sink::{DeliveryContext, Sink, SinkError},
 };
@@ -204,9 +204,9 @@ pub async fn stream_handler(
 }
 
 async fn position_of(pool: &PgPool, id: i64) -> Result<Option<Position>> {
-    let row: Option<(String,)> =
-        sqlx::query_as("SELECT tx_id::text FROM highwater.events WHERE id = $1").bind(id).fetch_optional(pool).await?;
-    row.map(|(tx,)| Ok(Position::new(Position::parse_tx(&tx)?, id))).transpose()
+    let tx: Option<Xid8> =
+        sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_optional(pool).await?;
+    Ok(tx.map(|tx| Position::from((tx, id))))
 }
 
 /// Events after `start` below the fence, page by page; empty without `start`.
@@ -222,14 +222,14 @@ fn replay(
             let cursor = cursor?;
             let sql = format!(
                 "SELECT {EVENT_COLUMNS} FROM highwater.events e
-                  WHERE (e.tx_id, e.id) > ($1::text::xid8, $2)
+                  WHERE (e.tx_id, e.id) > ($1, $2)
                     AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
                     AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                     AND ($4::text IS NULL OR e.tenant_id = $4)
                   ORDER BY e.tx_id, e.id LIMIT $5"
             );
             let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(cursor.tx_text())
+                .bind(cursor.xid8())
                 .bind(cursor.id)
                 .bind(&types)
                 .bind(&tenant)

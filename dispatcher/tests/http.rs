@@ -148,36 +148,6 @@ async fn the_groups_dispatchers_report_a_per_instance_shard_whose_instance_stopp
     .await;
 }
 
-/// A minimal SSE reader: (id, data) of each event until `n` arrived or the stream ended.
-async fn read_sse(resp: &mut reqwest::Response, n: usize, within: Duration) -> Vec<(i64, serde_json::Value)> {
-    let mut buf = String::new();
-    let mut out = Vec::new();
-    let deadline = tokio::time::Instant::now() + within;
-    while out.len() < n {
-        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
-            Ok(Ok(Some(c))) => c,
-            _ => break,
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
-            let mut id = None;
-            let mut data = None;
-            for line in frame.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = v.trim().parse().ok();
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data = serde_json::from_str(v.trim()).ok();
-                }
-            }
-            if let (Some(i), Some(d)) = (id, data) {
-                out.push((i, d));
-            }
-        }
-    }
-    out
-}
-
 async fn connect(port: u16, token: Option<&str>, last: Option<i64>, tenant: Option<&str>) -> reqwest::Response {
     let mut url = format!("http://127.0.0.1:{port}/v1/consumers/live/events");
     if let Some(t) = tenant {

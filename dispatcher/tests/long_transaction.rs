@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use highwater::{NewEvent, append};
+use highwater::{NewEvent, Xid8, append};
 use serde_json::json;
 
 async fn fence_age(port: u16) -> f64 {
@@ -58,9 +58,9 @@ async fn an_open_transaction_holds_delivery_back_and_skips_nothing() {
     }
     assert!(ages.windows(2).all(|w| w[1] >= w[0]), "the fence age only rises while the transaction is open: {ages:?}");
     assert!(*ages.last().unwrap() >= 20.0, "the fence age shows the open transaction: {ages:?}");
-    let cursor_tx = scalar_i64(&db.pool, "SELECT cursor_tx::text::bigint FROM highwater.consumer_shards").await;
-    let long_tx: i64 =
-        sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint").fetch_one(&mut *long).await.unwrap();
+    let cursor_tx: Xid8 =
+        sqlx::query_scalar("SELECT cursor_tx FROM highwater.consumer_shards").fetch_one(&db.pool).await.unwrap();
+    let long_tx: Xid8 = sqlx::query_scalar("SELECT pg_current_xact_id()").fetch_one(&mut *long).await.unwrap();
     assert!(cursor_tx < long_tx, "the cursor stays below the open transaction ({cursor_tx} < {long_tx})");
 
     long.commit().await.unwrap();

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use highwater::{Error, NewEvent, Position, append, ops, shards};
+use highwater::{Error, NewEvent, Position, Xid8, append, ops, shards};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -48,12 +48,9 @@ async fn append_three(pool: &PgPool) -> Vec<i64> {
 }
 
 async fn position_of(pool: &PgPool, id: i64) -> Position {
-    let tx: String = sqlx::query_scalar("SELECT tx_id::text FROM highwater.events WHERE id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    Position::new(tx.parse().unwrap(), id)
+    let tx: Xid8 =
+        sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_one(pool).await.unwrap();
+    Position::from((tx, id))
 }
 
 #[derive(Debug, PartialEq)]
@@ -65,8 +62,8 @@ struct Row {
 }
 
 async fn shard(pool: &PgPool, consumer: &str, instance: &str) -> Row {
-    let (status, attempts, failing, tx, id): (String, i32, Option<i64>, String, i64) = sqlx::query_as(
-        "SELECT status, attempts, failing_event_id, cursor_tx::text, cursor_id FROM highwater.consumer_shards
+    let (status, attempts, failing, tx, id): (String, i32, Option<i64>, Xid8, i64) = sqlx::query_as(
+        "SELECT status, attempts, failing_event_id, cursor_tx, cursor_id FROM highwater.consumer_shards
           WHERE consumer = $1 AND instance_id = $2",
     )
     .bind(consumer)
@@ -74,7 +71,7 @@ async fn shard(pool: &PgPool, consumer: &str, instance: &str) -> Row {
     .fetch_one(pool)
     .await
     .unwrap();
-    Row { status, attempts, failing, cursor: Position::new(tx.parse().unwrap(), id) }
+    Row { status, attempts, failing, cursor: Position::from((tx, id)) }
 }
 
 async fn wait_status(pool: &PgPool, consumer: &str, status: &str) {
@@ -202,11 +199,11 @@ async fn skip_keeps_a_disabled_shard_disabled() {
     let before = position_of(&db.pool, ids[0]).await;
     sqlx::query(
         "UPDATE highwater.consumer_shards SET status = 'disabled', attempts = 1, failing_event_id = $1,
-                cursor_tx = $2::text::xid8, cursor_id = $3, next_attempt_at = now() + interval '1 hour'
+                cursor_tx = $2, cursor_id = $3, next_attempt_at = now() + interval '1 hour'
           WHERE consumer = 'a'",
     )
     .bind(ids[1])
-    .bind(before.tx_text())
+    .bind(before.xid8())
     .bind(before.id)
     .execute(&db.pool)
     .await

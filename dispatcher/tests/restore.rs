@@ -8,7 +8,7 @@ use std::{process::Command, time::Duration};
 
 use common::*;
 use highwater::{
-    NewEvent, append,
+    NewEvent, Xid8, append,
     embedded::{EmbeddedOptions, EmbeddedPostgres, find_bindir},
 };
 use serde_json::json;
@@ -47,16 +47,16 @@ async fn cursors_ahead_of_a_restored_cluster_are_refused_loudly() {
     run("pg_restore", &["--no-owner", "-d", &new.url(), dump.to_str().unwrap()]);
     let pool = highwater::db::connect(&new.url(), 4).await.unwrap();
     let cursor = || async {
-        sqlx::query_as::<_, (String, i64)>("SELECT cursor_tx::text, cursor_id FROM highwater.consumer_shards")
+        sqlx::query_as::<_, (Xid8, i64)>("SELECT cursor_tx, cursor_id FROM highwater.consumer_shards")
             .fetch_one(&pool)
             .await
             .unwrap()
     };
     let restored_cursor = cursor().await;
-    let next_xid: String =
-        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetch_one(&pool).await.unwrap();
+    let next_xid: Xid8 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetch_one(&pool).await.unwrap();
     assert!(
-        restored_cursor.0.parse::<u64>().unwrap() >= next_xid.parse::<u64>().unwrap(),
+        restored_cursor.0 >= next_xid,
         "the restore restarted transaction ids below the cursor ({restored_cursor:?}, next {next_xid})"
     );
     // An event appended after the restore gets a transaction id below the cursor.

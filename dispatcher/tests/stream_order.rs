@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use highwater::{NewEvent, append};
+use highwater::{NewEvent, Xid8, append};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,11 +34,10 @@ async fn versions_are_delivered_in_order_whichever_transaction_took_its_id_first
         e
     };
     let mut early = db.pool.begin().await.unwrap();
-    let early_xid: String =
-        sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut *early).await.unwrap();
+    let early_xid: Xid8 = sqlx::query_scalar("SELECT pg_current_xact_id()").fetch_one(&mut *early).await.unwrap();
     let mut late = db.pool.begin().await.unwrap();
-    let late_xid: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text").fetch_one(&mut *late).await.unwrap();
-    assert!(early_xid.parse::<u64>().unwrap() < late_xid.parse::<u64>().unwrap());
+    let late_xid: Xid8 = sqlx::query_scalar("SELECT pg_current_xact_id()").fetch_one(&mut *late).await.unwrap();
+    assert!(early_xid < late_xid);
     let v1 = append(&mut late, &step(0)).await.unwrap();
     late.commit().await.unwrap();
     let v2 = append(&mut early, &step(1)).await.unwrap();
@@ -50,11 +49,11 @@ async fn versions_are_delivered_in_order_whichever_transaction_took_its_id_first
     let order: Vec<(i64, Option<i64>)> =
         sqlx::query_as("SELECT event_id, version FROM seen ORDER BY n").fetch_all(&db.pool).await.unwrap();
     assert_eq!(order, vec![(other, None), (v1, Some(1)), (v2, Some(2))], "version 1 before version 2");
-    let txs: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, tx_id::text FROM highwater.events ORDER BY id").fetch_all(&db.pool).await.unwrap();
+    let txs: Vec<(i64, Xid8)> =
+        sqlx::query_as("SELECT id, tx_id FROM highwater.events ORDER BY id").fetch_all(&db.pool).await.unwrap();
     assert_eq!(
         txs,
-        vec![(v1, late_xid.clone()), (v2, late_xid), (other, early_xid)],
+        vec![(v1, late_xid), (v2, late_xid), (other, early_xid)],
         "version 2 is ordered after its predecessor's transaction; the unversioned event keeps its own"
     );
 }

@@ -109,7 +109,7 @@ mod tests {
             group: "default".into(),
             status: status.into(),
             cursor_event_id: 5,
-            cursor_tx: "9".into(),
+            cursor_tx: highwater::Xid8(9),
             lag_events: lag,
             lag_seconds: None,
             attempts: if status == "dead" { 3 } else { 0 },

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
+use crate::{Error, Result, Xid8, definitions, http, metrics::Metrics, shards, sink, sse};
 
 mod observe;
 pub mod pass;
@@ -333,8 +333,8 @@ async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::Shard
 /// logical dump and restore, transaction ids restart below stored cursors, and delivering would
 /// skip every event until the counter caught up.
 async fn check_cursors(pool: &PgPool, group: &str, instance: &str) -> Result<()> {
-    let ahead: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT consumer, instance_id, cursor_tx::text, pg_snapshot_xmax(pg_current_snapshot())::text
+    let ahead: Vec<(String, String, Xid8, Xid8)> = sqlx::query_as(
+        "SELECT consumer, instance_id, cursor_tx, pg_snapshot_xmax(pg_current_snapshot())
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer AND c.consumer_group = $2
           WHERE s.instance_id IN ($1, '__shared__')

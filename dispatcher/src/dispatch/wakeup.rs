@@ -8,7 +8,7 @@ use sqlx::{PgPool, Row, postgres::PgListener};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Position, Result};
+use crate::{Position, Result, Xid8};
 
 pub const EVENTS_CHANNEL: &str = "highwater_events";
 pub const CONTROL_CHANNEL: &str = "highwater_control";
@@ -23,7 +23,7 @@ pub struct Head {
 pub async fn read_head(pool: &PgPool) -> Result<Head> {
     let row = sqlx::query(
         "WITH s AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence)
-         SELECT h.tx_id::text AS tx, h.id,
+         SELECT h.tx_id AS tx, h.id,
                 EXISTS (SELECT 1 FROM highwater.events WHERE tx_id >= s.fence) AS pending
            FROM s
            LEFT JOIN LATERAL (SELECT tx_id, id FROM highwater.events WHERE tx_id < s.fence
@@ -31,8 +31,8 @@ pub async fn read_head(pool: &PgPool) -> Result<Head> {
     )
     .fetch_one(pool)
     .await?;
-    let position = match row.try_get::<Option<&str>, _>("tx")? {
-        Some(tx) => Some(Position::new(Position::parse_tx(tx)?, row.try_get("id")?)),
+    let position = match row.try_get::<Option<Xid8>, _>("tx")? {
+        Some(tx) => Some(Position::from((tx, row.try_get("id")?))),
         None => None,
     };
     Ok(Head { position, pending_above_fence: row.try_get("pending")? })

@@ -91,7 +91,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
             AND ($1::text IS NULL OR s.consumer = $1) AND ($2::text IS NULL OR s.instance_id = $2)
             AND ($3 OR s.pod_uid IS NULL)
             AND {AGE} > make_interval(secs => $4)
-         RETURNING s.consumer, s.instance_id, s.status, s.cursor_tx::text AS cursor_tx, s.cursor_id, s.pod_uid,
+         RETURNING s.consumer, s.instance_id, s.status, s.cursor_tx, s.cursor_id, s.pod_uid,
                    extract(epoch FROM {AGE})::float8 AS age"
     )))
     .bind(&o.consumer)
@@ -106,7 +106,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
             consumer: r.try_get("consumer")?,
             instance_id: r.try_get("instance_id")?,
             status: r.try_get("status")?,
-            cursor: Position::new(Position::parse_tx(r.try_get("cursor_tx")?)?, r.try_get("cursor_id")?),
+            cursor: Position::from((r.try_get("cursor_tx")?, r.try_get("cursor_id")?)),
             heartbeat_age: Duration::from_secs_f64(r.try_get::<f64, _>("age")?.max(0.0)),
             pod_uid: r.try_get("pod_uid")?,
         });

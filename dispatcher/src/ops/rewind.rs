@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::transitions::{Action, Change, Transition, execute};
-use crate::{Error, Position, Result};
+use crate::{Error, Position, Result, Xid8};
 
 /// Where `rewind --to` puts a cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,12 +54,12 @@ impl fmt::Display for RewindTo {
 }
 
 /// The newest event below the fence, as `shards::register` computes `latest`.
-const HEAD: &str = "SELECT tx_id::text, id FROM highwater.events
+const HEAD: &str = "SELECT tx_id, id FROM highwater.events
                      WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
                      ORDER BY tx_id DESC, id DESC LIMIT 1";
 
-fn position(row: Option<(String, i64)>) -> Result<Option<Position>> {
-    row.map(|(tx, id)| Ok(Position::new(Position::parse_tx(&tx)?, id))).transpose()
+fn position(row: Option<(Xid8, i64)>) -> Option<Position> {
+    row.map(Position::from)
 }
 
 /// The cursor position for `to`. Always below the fence: a cursor above it could pass a running
@@ -67,10 +67,10 @@ fn position(row: Option<(String, i64)>) -> Result<Option<Position>> {
 pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
     match to {
         RewindTo::Earliest => Ok(Position::ZERO),
-        RewindTo::Latest => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?)?.unwrap_or(Position::ZERO)),
+        RewindTo::Latest => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?).unwrap_or(Position::ZERO)),
         RewindTo::Event(id) => {
-            let row: Option<(String, bool)> = sqlx::query_as(
-                "SELECT tx_id::text, tx_id < pg_snapshot_xmin(pg_current_snapshot()) FROM highwater.events WHERE id = $1",
+            let row: Option<(Xid8, bool)> = sqlx::query_as(
+                "SELECT tx_id, tx_id < pg_snapshot_xmin(pg_current_snapshot()) FROM highwater.events WHERE id = $1",
             )
             .bind(id)
             .fetch_optional(conn)
@@ -90,21 +90,21 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
             }
             // Just before the event: ids increase within a transaction, so (tx, id - 1) is after
             // every earlier position and before this event.
-            Ok(Position::new(Position::parse_tx(&tx)?, id - 1))
+            Ok(Position::new(tx.0, id - 1))
         }
         RewindTo::Time(t) => {
-            let first: Option<(String, i64)> = sqlx::query_as(
-                "SELECT tx_id::text, id FROM highwater.events
+            let first: Option<(Xid8, i64)> = sqlx::query_as(
+                "SELECT tx_id, id FROM highwater.events
                   WHERE created_at >= $1 AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
                   ORDER BY tx_id, id LIMIT 1",
             )
             .bind(t)
             .fetch_optional(&mut *conn)
             .await?;
-            match position(first)? {
+            match position(first) {
                 Some(p) => Ok(Position::new(p.tx, p.id - 1)),
                 // Every event below the fence is older: deliver what comes after them.
-                None => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?)?.unwrap_or(Position::ZERO)),
+                None => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?).unwrap_or(Position::ZERO)),
             }
         }
     }
@@ -121,7 +121,7 @@ pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: R
     let change = Change {
         verb: "rewind",
         applies: "true",
-        set: "cursor_tx = $4::text::xid8, cursor_id = $5,
+        set: "cursor_tx = $4, cursor_id = $5,
               status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
         join_event: false,

@@ -3,7 +3,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::Result;
+use crate::{Result, Xid8};
 
 /// One shard as `consumer status` shows it.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -15,7 +15,7 @@ pub struct ShardStatus {
     pub status: String,
     /// Id of the last event the cursor has passed (0 before the first).
     pub cursor_event_id: i64,
-    pub cursor_tx: String,
+    pub cursor_tx: Xid8,
     /// Committed events of the consumer's types after the cursor.
     pub lag_events: i64,
     /// Age of the oldest of them.
@@ -46,7 +46,7 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
     // `tx_id >= cursor_tx` is the index condition; the row comparison then refines it.
     Ok(sqlx::query_as(
         "SELECT s.consumer, s.instance_id, c.delivery, c.consumer_group AS \"group\", s.status,
-                s.cursor_id AS cursor_event_id, s.cursor_tx::text AS cursor_tx,
+                s.cursor_id AS cursor_event_id, s.cursor_tx,
                 l.lag AS lag_events,
                 extract(epoch FROM now() - l.oldest)::float8 AS lag_seconds,
                 s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,

@@ -126,8 +126,8 @@ pub(super) async fn execute(
                FROM prev {join}
               WHERE s.consumer = prev.consumer AND s.instance_id = prev.instance_id
              RETURNING s.consumer, s.instance_id, prev.status AS from_status, s.status AS to_status,
-                       prev.cursor_tx::text AS from_tx, prev.cursor_id AS from_id,
-                       s.cursor_tx::text AS to_tx, s.cursor_id AS to_id, prev.failing_event_id,
+                       prev.cursor_tx AS from_tx, prev.cursor_id AS from_id,
+                       s.cursor_tx AS to_tx, s.cursor_id AS to_id, prev.failing_event_id,
                        prev.attempts AS prev_attempts, prev.last_error AS prev_error)
          {park}
          SELECT * FROM upd",
@@ -138,7 +138,7 @@ pub(super) async fn execute(
         .bind(&scope.consumer)
         .bind(&scope.instance)
         .bind(change.event_id)
-        .bind(change.target.map(|p| p.tx_text()))
+        .bind(change.target.map(|p| p.xid8()))
         .bind(change.target.map(|p| p.id))
         .fetch_all(&mut *tx)
         .await?;
@@ -160,8 +160,8 @@ pub(super) async fn execute(
             action,
             from_status: r.try_get::<&str, _>("from_status")?.parse()?,
             to_status: r.try_get::<&str, _>("to_status")?.parse()?,
-            cursor_before: Position::new(Position::parse_tx(r.try_get("from_tx")?)?, r.try_get("from_id")?),
-            cursor_after: Position::new(Position::parse_tx(r.try_get("to_tx")?)?, r.try_get("to_id")?),
+            cursor_before: Position::from((r.try_get("from_tx")?, r.try_get("from_id")?)),
+            cursor_after: Position::from((r.try_get("to_tx")?, r.try_get("to_id")?)),
         });
     }
     out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));

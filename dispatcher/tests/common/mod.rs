@@ -26,7 +26,16 @@ pub struct TestDb {
 
 /// A new cluster, migrated, with the event types `types` registered (no schema).
 pub async fn setup(types: &[&str]) -> TestDb {
-    let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("start postgres");
+    setup_with(types, EmbeddedOptions::default()).await
+}
+
+/// [`setup`] on a cluster whose transaction counter starts at `next_xid` (an `xid8`).
+pub async fn setup_at(types: &[&str], next_xid: u64) -> TestDb {
+    setup_with(types, EmbeddedOptions { next_xid: Some(next_xid), ..Default::default() }).await
+}
+
+async fn setup_with(types: &[&str], options: EmbeddedOptions) -> TestDb {
+    let pg = EmbeddedPostgres::start(options).await.expect("start postgres");
     let url = pg.url();
     let pool = db::connect(&url, 20).await.expect("connect");
     db::migrate(&pool).await.expect("migrate");
@@ -165,4 +174,34 @@ pub async fn wait_registered(pool: &PgPool, consumer: &str, n: i64) {
         }
     })
     .await;
+}
+
+/// A minimal SSE reader: (id, data) of each event until `n` arrived or the stream ended.
+pub async fn read_sse(resp: &mut reqwest::Response, n: usize, within: Duration) -> Vec<(i64, serde_json::Value)> {
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while out.len() < n {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => break,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = None;
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data = serde_json::from_str(v.trim()).ok();
+                }
+            }
+            if let (Some(i), Some(d)) = (id, data) {
+                out.push((i, d));
+            }
+        }
+    }
+    out
 }

@@ -8,6 +8,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use highwater::Xid8;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -74,12 +75,9 @@ pub fn log_sink(consumer: &str, file: &Path, committed: &BTreeSet<i64>) -> Resul
 /// every committed event between the first and the last it received (no gap), and the instances
 /// still running at the end every event up to the last committed one.
 pub async fn per_instance(pool: &PgPool, consumer: &str, table: &str, running: &[String]) -> Result<Delivery> {
-    let events: Vec<(String, i64)> =
-        sqlx::query_as("SELECT tx_id::text, id FROM highwater.events").fetch_all(pool).await?;
-    // Sorted here: `ORDER BY tx_id` next to a `tx_id::text` output column sorts the text.
-    let mut order: Vec<(u64, i64)> =
-        events.iter().map(|(tx, id)| Ok((tx.parse::<u64>()?, *id))).collect::<Result<_>>()?;
-    order.sort_unstable();
+    let events: Vec<(Xid8, i64)> =
+        sqlx::query_as("SELECT tx_id, id FROM highwater.events ORDER BY tx_id, id").fetch_all(pool).await?;
+    let order: Vec<(u64, i64)> = events.into_iter().map(|(tx, id)| (tx.0, id)).collect();
     let rank: HashMap<i64, usize> = order.iter().enumerate().map(|(i, (_, id))| (*id, i)).collect();
     let rows: Vec<(String, i64)> =
         sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT instance_id, event_id FROM {table}")))
@@ -140,14 +138,14 @@ impl CursorWatch {
     }
 
     pub async fn sample(&self, pool: &PgPool) -> Result<()> {
-        let rows: Vec<(String, String, String, i64)> =
-            sqlx::query_as("SELECT consumer, instance_id, cursor_tx::text, cursor_id FROM highwater.consumer_shards")
+        let rows: Vec<(String, String, Xid8, i64)> =
+            sqlx::query_as("SELECT consumer, instance_id, cursor_tx, cursor_id FROM highwater.consumer_shards")
                 .fetch_all(pool)
                 .await?;
         let mut s = self.inner.lock().expect("cursor watch lock");
         s.samples += 1;
         for (consumer, instance, tx, id) in rows {
-            let now = (tx.parse::<u64>()?, id);
+            let now = (tx.0, id);
             if let Some(before) = s.last.insert((consumer.clone(), instance.clone()), now)
                 && now < before
             {
