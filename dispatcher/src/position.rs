@@ -4,7 +4,7 @@ use sqlx::{
     Decode, Encode, Postgres, Type,
     encode::IsNull,
     error::BoxDynError,
-    postgres::{PgArgumentBuffer, PgTypeInfo, PgValueFormat, PgValueRef, types::Oid},
+    postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueFormat, PgValueRef, types::Oid},
 };
 
 /// A PostgreSQL `xid8`: a 64-bit transaction id (epoch in the high 32 bits), decoded and bound
@@ -13,12 +13,19 @@ use sqlx::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Xid8(pub u64);
 
-/// `xid8` is a built-in type with a fixed OID (`pg_type.oid` 5069 since PostgreSQL 13).
+/// `xid8` and `xid8[]` are built-in types with fixed OIDs (since PostgreSQL 13).
 const XID8_OID: Oid = Oid(5069);
+const XID8_ARRAY_OID: Oid = Oid(271);
 
 impl Type<Postgres> for Xid8 {
     fn type_info() -> PgTypeInfo {
         PgTypeInfo::with_oid(XID8_OID)
+    }
+}
+
+impl PgHasArrayType for Xid8 {
+    fn array_type_info() -> PgTypeInfo {
+        PgTypeInfo::with_oid(XID8_ARRAY_OID)
     }
 }
 

@@ -270,7 +270,7 @@ async fn skip_moves_past_exactly_the_poison_event(boundary: u64) {
     assert_eq!(cursor(&db.pool, "p").await, events[7].1);
 }
 
-/// A killed instance's per-instance shard, stopped before the boundary, blocks prune of what it
+/// A killed instance's per-instance shard, stopped past the boundary, blocks prune of what it
 /// has not seen; gc removes it and the prune goes through.
 async fn gc_of_a_dead_instance_unblocks_prune(boundary: u64) {
     let db = below(boundary, &["Tick"]).await;
@@ -290,7 +290,10 @@ async fn gc_of_a_dead_instance_unblocks_prune(boundary: u64) {
         .unwrap();
     let positions: Vec<Position> = events.iter().map(|e| e.1).collect();
     assert_crosses(boundary, &positions);
-    set_cursor(&db.pool, "p", positions[2], "idle").await;
+    // Past the boundary, two events short of the newest.
+    let at = positions[7];
+    assert!(at.tx >= boundary, "{at} is past {boundary}");
+    set_cursor(&db.pool, "p", at, "idle").await;
     let opts = retention::PruneOptions {
         older_than_days: 30,
         stream_types: Some(vec!["order".into()]),
@@ -298,7 +301,7 @@ async fn gc_of_a_dead_instance_unblocks_prune(boundary: u64) {
         dry_run: false,
     };
     let m = refused(retention::prune(&db.pool, &opts).await);
-    assert!(m.contains(&format!("p/gone: cursor {}", positions[2])), "{m}");
+    assert!(m.contains(&format!("p/gone: cursor {at}")), "{m}");
 
     let gc = ops::gc(
         &db.pool,
@@ -312,7 +315,7 @@ async fn gc_of_a_dead_instance_unblocks_prune(boundary: u64) {
     .await
     .unwrap();
     assert_eq!(gc.deleted.len(), 1);
-    assert_eq!(gc.deleted[0].cursor, positions[2], "gc reports the cursor it removed");
+    assert_eq!(gc.deleted[0].cursor, at, "gc reports the cursor it removed");
     assert_eq!(retention::prune(&db.pool, &opts).await.unwrap().total(), 10);
 }
 
