@@ -1,29 +1,28 @@
 //! highwater: gap-free, post-commit delivery of events appended to PostgreSQL.
 //!
 //! The library holds everything the `highwater` binary does, so the operator, the tests and the
-//! benchmarks call the same code: the store (schema, append, cursors), consumer definitions, the
-//! delivery engine and its sinks, and an embedded PostgreSQL for the quickstart and the tests.
+//! benchmarks call the same code. Three layers, each in its folder, dependencies pointing down
+//! only (see `docs/architecture.md`):
+//!
+//! - [`store`](crate::db): the schema and every statement against it (append, cursors, consumer
+//!   definitions, retention, the ops commands);
+//! - `engine`: the delivery loop, its sinks, SSE and the HTTP endpoints, on top of the store;
+//! - `devtools` and [`cli`]: the embedded PostgreSQL, the quickstart and the command line, on top.
+//!
+//! The layer folders are private; what other crates use is re-exported here.
 #![forbid(unsafe_code)]
 
-pub mod cli;
-pub mod db;
-pub mod definitions;
-pub mod dispatch;
-pub mod embedded;
-pub mod error;
-pub mod event_types;
-pub mod events;
-pub mod http;
-pub mod instance;
-pub mod metrics;
-pub mod ops;
-pub mod position;
-pub mod quickstart;
-pub mod retention;
-pub mod shards;
-pub mod sink;
-pub mod sse;
+mod devtools;
+mod engine;
+mod store;
 
+pub mod cli;
+pub mod error;
+pub mod shutdown;
+
+pub use devtools::{embedded, quickstart};
+pub use engine::{dispatch, http, instance, metrics, sink, sse};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
+pub use store::{db, definitions, event_types, events, ops, position, retention, shards};

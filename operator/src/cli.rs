@@ -89,7 +89,7 @@ fn init_tracing() {
 
 async fn operate(a: RunArgs) -> anyhow::Result<()> {
     init_tracing();
-    let shutdown = highwater::cli::shutdown_signal();
+    let shutdown = highwater::shutdown::shutdown_signal();
     let url = a
         .database_url
         .clone()

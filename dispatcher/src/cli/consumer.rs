@@ -123,7 +123,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         }
         ConsumerCmd::Top { interval, iterations } => {
             let opts = ops::top::TopOptions { interval, iterations };
-            ops::top::run(pool, opts, super::shutdown_signal()).await?;
+            ops::top::run(pool, opts, crate::shutdown::shutdown_signal()).await?;
         }
         ConsumerCmd::List { output } => print_status(&ops::status(pool, None).await?, output)?,
         ConsumerCmd::Status { name, output } => {

@@ -2,7 +2,6 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tokio_util::sync::CancellationToken;
 
 mod consumer;
 mod events;
@@ -10,7 +9,7 @@ mod events;
 pub use consumer::ConsumerCmd;
 pub use events::EventsCmd;
 
-use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart};
+use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart, shutdown::shutdown_signal};
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater", version, about = "Gap-free post-commit event delivery from PostgreSQL")]
@@ -148,23 +147,6 @@ pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
         None => text.to_owned(),
     };
     serde_json::from_str(&body).map_err(|e| Error::Config(format!("{what} is not valid JSON: {e}")))
-}
-
-/// Resolves SIGTERM and Ctrl-C into a cancellation.
-pub fn shutdown_signal() -> CancellationToken {
-    let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("signal received");
-        t.cancel();
-    });
-    token
 }
 
 pub async fn run(cli: Cli) -> Result<()> {

@@ -38,9 +38,9 @@ pub struct QuickstartArgs {
 }
 
 const EXAMPLES: &[(&str, &str)] = &[
-    ("examples/order-projection.yaml", include_str!("../../examples/order-projection.yaml")),
-    ("examples/order-audit-log.yaml", include_str!("../../examples/order-audit-log.yaml")),
-    ("examples/cache-invalidation.yaml", include_str!("../../examples/cache-invalidation.yaml")),
+    ("examples/order-projection.yaml", include_str!("../../../examples/order-projection.yaml")),
+    ("examples/order-audit-log.yaml", include_str!("../../../examples/order-audit-log.yaml")),
+    ("examples/cache-invalidation.yaml", include_str!("../../../examples/cache-invalidation.yaml")),
 ];
 
 pub async fn run(database_url: Option<String>, a: QuickstartArgs) -> Result<()> {
@@ -63,10 +63,10 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     let pool = db::connect(url, 8).await?;
     db::migrate(&pool).await?;
     println!("schema migrated on {}", db::describe_target(url));
-    sqlx::raw_sql(include_str!("../../examples/schema.sql")).execute(&pool).await?;
+    sqlx::raw_sql(include_str!("../../../examples/schema.sql")).execute(&pool).await?;
     for (name, schema) in [
-        ("OrderPlaced", include_str!("../../examples/event-types/OrderPlaced.schema.json")),
-        ("OrderCancelled", include_str!("../../examples/event-types/OrderCancelled.schema.json")),
+        ("OrderPlaced", include_str!("../../../examples/event-types/OrderPlaced.schema.json")),
+        ("OrderCancelled", include_str!("../../../examples/event-types/OrderCancelled.schema.json")),
     ] {
         let schema: serde_json::Value = serde_json::from_str(schema).map_err(|e| Error::Config(e.to_string()))?;
         event_types::register(&pool, name, Some(&schema), None).await?;
@@ -108,7 +108,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     println!("all dispatchers registered; appending {} events\n", a.events);
 
     let writer = tokio::spawn(write_events(pool.clone(), a.events, a.write_for));
-    let interrupted = crate::cli::shutdown_signal();
+    let interrupted = crate::shutdown::shutdown_signal();
     let started = Instant::now();
     let tty = std::io::stdout().is_terminal();
     let mut writer_done = false;

@@ -1,0 +1,3 @@
+//! Developer tools: a throwaway PostgreSQL (the quickstart's and the tests') and the quickstart.
+pub mod embedded;
+pub mod quickstart;

@@ -1,0 +1,8 @@
+//! The delivery engine: the dispatcher's loop, the sinks, the SSE hub and the HTTP endpoints.
+//! Built on the store; nothing here is called by the store.
+pub mod dispatch;
+pub mod http;
+pub mod instance;
+pub mod metrics;
+pub mod sink;
+pub mod sse;

@@ -1,0 +1,10 @@
+//! The store: highwater's schema and every statement against it. The only layer that writes SQL
+//! against `highwater.*`; the engine, the CLI and the operator call it.
+pub mod db;
+pub mod definitions;
+pub mod event_types;
+pub mod events;
+pub mod ops;
+pub mod position;
+pub mod retention;
+pub mod shards;
