@@ -85,6 +85,7 @@ pub enum DeletionPolicy {
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(type_name = "text"))]
 pub enum Delivery {
     Shared,
     PerInstance,
@@ -96,6 +97,13 @@ impl Delivery {
             Delivery::Shared => "Shared",
             Delivery::PerInstance => "PerInstance",
         }
+    }
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so that table columns (`{:<11}`) line up.
+        f.pad(self.as_str())
     }
 }
 

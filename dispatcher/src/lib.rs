@@ -12,6 +12,16 @@
 //! The layer folders are private; what other crates use is re-exported here.
 #![forbid(unsafe_code)]
 
+/// The snapshot fence, highwater's core correctness rule in one place: the oldest transaction id
+/// still running in the cluster. Every transaction below it has ended, so an event below it can
+/// never appear behind a cursor later. A macro so that statements stay `&'static str`
+/// (`concat!`); see "Positions and the snapshot fence" in docs/delivery.md.
+macro_rules! fence {
+    () => {
+        "pg_snapshot_xmin(pg_current_snapshot())"
+    };
+}
+
 mod devtools;
 mod engine;
 mod store;
@@ -25,4 +35,4 @@ pub use engine::{dispatch, http, instance, metrics, sink, sse};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
-pub use store::{db, definitions, event_types, events, ops, position, retention, shards};
+pub use store::{db, definitions, event_types, events, notify, ops, position, retention, shards};

@@ -18,7 +18,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         .iter()
         .map(|r| ShardState {
             instance: r.instance_id.clone(),
-            status: r.status.clone(),
+            status: r.status.to_string(),
             cursor: r.cursor_event_id,
             lag: r.lag_events,
             attempts: r.attempts,
@@ -105,9 +105,9 @@ mod tests {
         ShardStatus {
             consumer: "c".into(),
             instance_id: instance.into(),
-            delivery: "PerInstance".into(),
+            delivery: highwater_crds::Delivery::PerInstance,
             group: "default".into(),
-            status: status.into(),
+            status: status.parse().unwrap(),
             cursor_event_id: 5,
             cursor_tx: highwater::Xid8(9),
             lag_events: lag,

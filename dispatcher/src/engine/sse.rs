@@ -223,10 +223,11 @@ fn replay(
             let sql = format!(
                 "SELECT {EVENT_COLUMNS} FROM highwater.events e
                   WHERE (e.tx_id, e.id) > ($1, $2)
-                    AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                    AND e.tx_id < {fence}
                     AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                     AND ($4::text IS NULL OR e.tenant_id = $4)
-                  ORDER BY e.tx_id, e.id LIMIT $5"
+                  ORDER BY e.tx_id, e.id LIMIT $5",
+                fence = fence!()
             );
             let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(cursor.xid8())

@@ -6,7 +6,7 @@ use highwater_crds::{API_VERSION, ConsumerSpec, Delivery, KIND, SHARED_INSTANCE}
 use serde::Deserialize;
 use sqlx::{PgPool, types::Json};
 
-use crate::{Error, Result, event_types, shards};
+use crate::{Error, Result, event_types, notify, shards};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -174,7 +174,7 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         }
         // Only real changes wake the dispatchers: the operator re-applies unchanged specs often.
         if outcome != Applied::Unchanged || registered || d.spec.suspend != was_suspended {
-            sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(&d.name).execute(&mut *tx).await?;
+            notify::control(&mut *tx, &d.name).await?;
         }
         out.push((d.name.clone(), outcome));
     }
@@ -219,7 +219,7 @@ pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
     if n.rows_affected() == 0 {
         return Err(Error::Refused(format!("no consumer named {name:?}; `highwater consumer list` shows them")));
     }
-    sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(name).execute(pool).await?;
+    notify::control(pool, name).await?;
     Ok(())
 }
 

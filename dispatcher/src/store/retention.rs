@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
 
-use crate::{Error, Position, Result, Xid8};
+use crate::{Error, Position, Result, Xid8, shards::Status};
 
 /// How long a batch waits for the lock (running cursor updates) before giving up.
 const LOCK_TIMEOUT: &str = "30s";
@@ -95,7 +95,7 @@ pub struct Blocker {
     pub consumer: String,
     pub instance_id: String,
     pub cursor: Position,
-    pub status: String,
+    pub status: Status,
     pub heartbeat_age: Option<Duration>,
 }
 

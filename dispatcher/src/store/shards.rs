@@ -10,8 +10,11 @@ use crate::{
     events::{EVENT_COLUMNS, EventRow},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+/// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
+/// enum, never compared as a string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, sqlx::Type)]
 #[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum Status {
     /// Delivering normally (or caught up).
     Idle,
@@ -35,6 +38,13 @@ impl Status {
 
     pub fn delivers(self) -> bool {
         matches!(self, Status::Idle | Status::Processing)
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so that table columns (`{:<10}`) line up.
+        f.pad(self.as_str())
     }
 }
 
@@ -77,7 +87,7 @@ pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, p
 /// how many rows were created.
 pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_uid: Option<&str>) -> Result<u64> {
     let (consumers, instances): (Vec<&str>, Vec<&str>) = shards.iter().copied().unzip();
-    let r = sqlx::query(
+    let r = sqlx::query(concat!(
         "INSERT INTO highwater.consumer_shards
                 (consumer, instance_id, cursor_tx, cursor_id, status, pod_uid, heartbeat_at)
          SELECT c.name, w.instance_id, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
@@ -86,11 +96,13 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
            JOIN highwater.consumers c ON c.name = w.consumer
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
-                 WHERE c.start_from = 'latest' AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+                 WHERE c.start_from = 'latest' AND tx_id < ",
+        fence!(),
+        "
                  ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
           ORDER BY c.name, w.instance_id
          ON CONFLICT (consumer, instance_id) DO NOTHING",
-    )
+    ))
     .bind(consumers)
     .bind(instances)
     .bind(pod_uid)
@@ -128,7 +140,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,
         cursor: Position::from((r.try_get("cursor_tx")?, r.try_get("cursor_id")?)),
-        status: r.try_get::<&str, _>("status")?.parse()?,
+        status: r.try_get("status")?,
         attempts: r.try_get("attempts")?,
         last_error: r.try_get("last_error")?,
         failing_event_id: r.try_get("failing_event_id")?,
@@ -226,8 +238,7 @@ pub struct Batch {
 pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[String], limit: i64) -> Result<Batch> {
     let sql = format!(
         "WITH s AS MATERIALIZED (
-             SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence,
-                    pg_snapshot_xmax(pg_current_snapshot()) AS next)
+             SELECT {fence} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)
          SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, b.*
            FROM s
            LEFT JOIN LATERAL (
@@ -240,7 +251,8 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
-          ORDER BY b.tx, b.id"
+          ORDER BY b.tx, b.id",
+        fence = fence!()
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
@@ -334,9 +346,9 @@ pub enum FailureOutcome {
 pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Position, f: &Failure) -> Result<bool> {
     let error: String = f.error.chars().take(2000).collect();
     let (status, cursor, retry_ms) = match f.outcome {
-        FailureOutcome::Retry(d) => ("processing", f.cursor, Some(d.as_millis() as i64)),
-        FailureOutcome::Dead => ("dead", f.cursor, None),
-        FailureOutcome::Park => ("idle", f.event.position(), None),
+        FailureOutcome::Retry(d) => (Status::Processing, f.cursor, Some(d.as_millis() as i64)),
+        FailureOutcome::Dead => (Status::Dead, f.cursor, None),
+        FailureOutcome::Park => (Status::Idle, f.event.position(), None),
     };
     let parked = f.outcome == FailureOutcome::Park;
     let r = sqlx::query(
@@ -375,6 +387,43 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     .fetch_one(conn)
     .await?;
     Ok(r.try_get::<i64, _>(0)? == 1)
+}
+
+/// Refuses when a cursor of a dispatcher's shards (its group's shared ones and its own) is ahead
+/// of the database's transaction counter: after a logical dump and restore, transaction ids
+/// restart below stored cursors, and delivering would skip every event until the counter caught
+/// up.
+pub async fn refuse_cursors_ahead(pool: &PgPool, group: &str, instance: &str) -> Result<()> {
+    let ahead: Vec<(String, String, Xid8, Xid8)> = sqlx::query_as(
+        "SELECT consumer, instance_id, cursor_tx, pg_snapshot_xmax(pg_current_snapshot())
+           FROM highwater.consumer_shards s
+           JOIN highwater.consumers c ON c.name = s.consumer AND c.consumer_group = $2
+          WHERE s.instance_id IN ($1, $3)
+            AND s.cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
+    )
+    .bind(instance)
+    .bind(group)
+    .bind(highwater_crds::SHARED_INSTANCE)
+    .fetch_all(pool)
+    .await?;
+    match ahead.first() {
+        None => Ok(()),
+        Some((.., next)) => {
+            Err(cursors_ahead(ahead.iter().map(|(c, i, tx, _)| (c.as_str(), i.as_str(), tx.0)), next.0))
+        }
+    }
+}
+
+/// The one refusal for cursors ahead of the next transaction id `next_xid`, at start-up and
+/// in a pass: `(consumer, instance, cursor transaction)` of each.
+pub fn cursors_ahead<'a>(shards: impl IntoIterator<Item = (&'a str, &'a str, u64)>, next_xid: u64) -> Error {
+    let list: Vec<String> = shards.into_iter().map(|(c, i, tx)| format!("{c}/{i} (cursor transaction {tx})")).collect();
+    Error::Refused(format!(
+        "refusing to deliver: cursors are ahead of the database's next transaction id ({next_xid}): {}.\n  \
+         The database was probably restored from a logical dump, which restarts transaction ids; \
+         delivering now would skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
+        list.join(", ")
+    ))
 }
 
 /// Records why a consumer cannot run here (a sink that cannot be built, say) where `consumer

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, Xid8, definitions, http, metrics::Metrics, shards, sink, sse};
+use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
 
 mod observe;
 pub mod pass;
@@ -133,39 +133,15 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, bg.clone()));
     }
 
-    let st = &cfg.startup;
     let mut running: HashMap<String, Running> = HashMap::new();
-    // A database that restarts (or drops connections) during these steps is waited for again, as
-    // at first, until `connect_timeout` has passed since the start.
-    let deadline = tokio::time::Instant::now() + st.connect_timeout;
-    loop {
-        let start = async {
-            if !st.connect_timeout.is_zero() {
-                wait_ready_database(&pool, st).await?;
-            }
-            if !st.consumers.is_empty() {
-                definitions::apply(&pool, &st.consumers).await?;
-            }
-            // Every shard is registered before the first pass (and before the wake-up tasks start).
-            reconcile(&env, &mut running, true).await
-        };
-        let r = tokio::select! {
-            r = start => r,
-            _ = shutdown.cancelled() => return Ok(()),
-        };
-        match r {
-            Err(e) if e.is_connection_loss() && tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %e, "database connection lost while starting; waiting for it again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            r => break r?,
-        }
+    if !start(&env, &mut running, &shutdown).await? {
+        return Ok(());
     }
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
     env.metrics.ready.set(1);
     tracing::info!(group = %cfg.group, instance = %cfg.instance_id, consumers = running.len(), "dispatcher started");
 
-    let mut control_rx = signals.control.subscribe();
+    let control_rx = signals.control.subscribe();
     tokio::spawn(wakeup::listen(pool.clone(), signals.clone(), bg.clone()));
     tokio::spawn(wakeup::poll_head(
         pool.clone(),
@@ -183,44 +159,92 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         cfg.metrics_interval,
         bg.clone(),
     ));
+    serve(&env, &mut running, control_rx, &shutdown).await;
 
+    tracing::info!("shutting down: finishing passes in flight");
+    ready.store(false, std::sync::atomic::Ordering::Relaxed);
+    env.metrics.ready.set(0);
+    drain(running, cfg.shutdown_grace).await;
+    bg.cancel();
+    Ok(())
+}
+
+/// Everything before the first pass: the database reachable and migrated, the `--consumers`
+/// definitions applied, every shard registered. A database that restarts (or drops connections)
+/// meanwhile is waited for again, until `connect_timeout` has passed since the start. Returns
+/// false when shut down first.
+async fn start(env: &Env, running: &mut HashMap<String, Running>, shutdown: &CancellationToken) -> Result<bool> {
+    let st = &env.cfg.startup;
+    let deadline = tokio::time::Instant::now() + st.connect_timeout;
+    loop {
+        let attempt = async {
+            if !st.connect_timeout.is_zero() {
+                wait_ready_database(&env.pool, st).await?;
+            }
+            if !st.consumers.is_empty() {
+                definitions::apply(&env.pool, &st.consumers).await?;
+            }
+            // Every shard is registered before the first pass (and before the wake-up tasks start).
+            reconcile(env, running, true).await
+        };
+        let r = tokio::select! {
+            r = attempt => r,
+            _ = shutdown.cancelled() => return Ok(false),
+        };
+        match r {
+            Err(e) if e.is_connection_loss() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "database connection lost while starting; waiting for it again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            r => return r.map(|()| true),
+        }
+    }
+}
+
+/// Until shutdown: reloads on control notifications and every refresh interval, and keeps this
+/// instance's shards' heartbeat.
+async fn serve(
+    env: &Env,
+    running: &mut HashMap<String, Running>,
+    mut control_rx: watch::Receiver<u64>,
+    shutdown: &CancellationToken,
+) {
+    let cfg = &env.cfg;
     let mut refresh = tokio::time::interval(cfg.refresh_interval);
     let mut heartbeat = tokio::time::interval(cfg.heartbeat_interval);
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => return,
             _ = control_rx.changed() => {
-                if let Err(e) = reconcile(&env, &mut running, false).await {
+                if let Err(e) = reconcile(env, running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.nudge_tx.send_modify(|g| *g += 1);
             }
             _ = refresh.tick() => {
-                if let Err(e) = reconcile(&env, &mut running, false).await {
+                if let Err(e) = reconcile(env, running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.refresh_tx.send_modify(|g| *g += 1);
             }
             _ = heartbeat.tick() => {
-                if let Err(e) = shards::heartbeat(&pool, &cfg.instance_id).await {
+                if let Err(e) = shards::heartbeat(&env.pool, &cfg.instance_id).await {
                     tracing::warn!(error = %e, "heartbeat failed");
                 }
             }
         }
     }
+}
 
-    tracing::info!("shutting down: finishing passes in flight");
-    ready.store(false, std::sync::atomic::Ordering::Relaxed);
-    env.metrics.ready.set(0);
+/// Stops every worker and waits up to `grace` for passes in flight.
+async fn drain(running: HashMap<String, Running>, grace: Duration) {
     for r in running.values() {
         r.stop.cancel();
     }
     let all = futures::future::join_all(running.into_values().map(|r| r.handle));
-    if tokio::time::timeout(cfg.shutdown_grace, all).await.is_err() {
-        tracing::warn!(grace = ?cfg.shutdown_grace, "passes still running at the deadline were abandoned; their events will be delivered again");
+    if tokio::time::timeout(grace, all).await.is_err() {
+        tracing::warn!(grace = ?grace, "passes still running at the deadline were abandoned; their events will be delivered again");
     }
-    bg.cancel();
-    Ok(())
 }
 
 /// Waits for the database to answer and carry the current schema (a migration Job may still be
@@ -252,7 +276,7 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
         shards::register_all(&mut *pool.acquire().await?, &wanted_shards, None).await?;
     }
     if startup {
-        check_cursors(pool, &cfg.group, &cfg.instance_id).await?;
+        shards::refuse_cursors_ahead(pool, &cfg.group, &cfg.instance_id).await?;
     }
     let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
     let mut gone = Vec::new();
@@ -327,32 +351,4 @@ async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::Shard
         sink,
         metrics: env.metrics.clone(),
     })
-}
-
-/// Refuses to start when a cursor is ahead of the database's transaction counter: after a
-/// logical dump and restore, transaction ids restart below stored cursors, and delivering would
-/// skip every event until the counter caught up.
-async fn check_cursors(pool: &PgPool, group: &str, instance: &str) -> Result<()> {
-    let ahead: Vec<(String, String, Xid8, Xid8)> = sqlx::query_as(
-        "SELECT consumer, instance_id, cursor_tx, pg_snapshot_xmax(pg_current_snapshot())
-           FROM highwater.consumer_shards s
-           JOIN highwater.consumers c ON c.name = s.consumer AND c.consumer_group = $2
-          WHERE s.instance_id IN ($1, '__shared__')
-            AND s.cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
-    )
-    .bind(instance)
-    .bind(group)
-    .fetch_all(pool)
-    .await?;
-    if ahead.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = ahead.iter().map(|(c, i, tx, _)| format!("{c}/{i} (cursor transaction {tx})")).collect();
-    Err(Error::Refused(format!(
-        "refusing to deliver: cursors are ahead of the database's next transaction id ({}): {}.\n  \
-         The database was probably restored from a logical dump, which restarts transaction ids; \
-         delivering now would skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
-        ahead[0].3,
-        list.join(", ")
-    )))
 }

@@ -9,7 +9,7 @@ use highwater_crds::{ConsumerSpec, ErrorMode};
 use sqlx::{Connection, PgPool};
 
 use crate::{
-    Error, Position, Result,
+    Position, Result,
     metrics::{Metrics, ShardLabels},
     shards::{self, Failure, FailureOutcome, Shard},
     sink::{DeliveryContext, Sink, SinkError},
@@ -110,12 +110,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     let limit = i64::from(ctx.spec.batch_size);
     let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
     if shard.cursor.tx >= batch.next_xid {
-        return Err(Error::Refused(format!(
-            "shard {}/{}: its cursor (transaction {}) is ahead of the database's next transaction \
-             id ({}). The database was probably restored from a logical dump, which restarts \
-             transaction ids; delivering now could skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
-            shard.consumer, shard.instance_id, shard.cursor.tx, batch.next_xid
-        )));
+        return Err(shards::cursors_ahead([(&*shard.consumer, &*shard.instance_id, shard.cursor.tx)], batch.next_xid));
     }
     let Some(last) = batch.events.last().map(|e| e.position()) else {
         // Nothing for this consumer below the fence: skip past events of other types.
@@ -134,81 +129,105 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     // A short batch holds every matching event below the fence, so the cursor may move to the
     // head even if the newest events there are of other types.
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
-    let n = batch.events.len() as i64;
-    let events = &batch.events;
+    let b = Pass { shard: &shard, events: &batch.events, end, full };
+    if ctx.sink.transactional() { transactional(ctx, conn, b).await } else { external(ctx, conn, b).await }
+}
 
-    if ctx.sink.transactional() {
-        let mut tx = conn.begin().await?;
-        let started = Instant::now();
-        let res = deliver(ctx, Some(&mut tx), events).await;
-        ctx.handler_took(started);
-        match res {
-            Ok(()) => {
-                if shards::advance(&mut tx, &shard, shard.cursor, end, n).await? {
-                    tx.commit().await?;
-                    ctx.acknowledged(events);
-                    return Ok(Outcome::Delivered { cursor: end, more: full });
-                }
-                tx.rollback().await?;
-                return Ok(Outcome::Changed);
-            }
-            Err(err) => {
-                tx.rollback().await?;
-                // Re-apply the events before the failing one, then record the failure in the
-                // same transaction, so the progress and the failure land together.
-                let mut tx = conn.begin().await?;
-                let mut failed = (0, err.message.clone());
-                if err.index > 0 {
-                    match deliver(ctx, Some(&mut tx), &events[..err.index]).await {
-                        Ok(()) => failed = (err.index, err.message),
-                        Err(e2) => {
-                            tx.rollback().await?;
-                            tx = conn.begin().await?;
-                            // Not deterministic: record the failure where it happened this time,
-                            // with the events before it delivered.
-                            if e2.index > 0 {
-                                if deliver(ctx, Some(&mut tx), &events[..e2.index]).await.is_err() {
-                                    tx.rollback().await?;
-                                    tx = conn.begin().await?;
-                                    failed = (0, e2.message);
-                                } else {
-                                    failed = (e2.index, e2.message);
-                                }
-                            } else {
-                                failed = (0, e2.message);
-                            }
-                        }
-                    }
-                }
-                let failure = failure(ctx, &shard, events, failed.0, failed.1);
-                if !shards::record_failure(&mut tx, &shard, shard.cursor, &failure).await? {
-                    tx.rollback().await?;
-                    return Ok(Outcome::Changed);
-                }
+/// A batch read under the shard's claim, ready to deliver.
+#[derive(Clone, Copy)]
+struct Pass<'a> {
+    shard: &'a Shard,
+    events: &'a [crate::Event],
+    /// Where the cursor goes when every event is delivered.
+    end: Position,
+    full: bool,
+}
+
+impl Pass<'_> {
+    fn delivered(&self) -> Outcome {
+        Outcome::Delivered { cursor: self.end, more: self.full }
+    }
+}
+
+/// A SQL sink: the batch and the cursor update commit together, so each event applies once.
+async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
+    let mut tx = conn.begin().await?;
+    let started = Instant::now();
+    let res = deliver(ctx, Some(&mut tx), b.events).await;
+    ctx.handler_took(started);
+    let err = match res {
+        Ok(()) => {
+            if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
                 tx.commit().await?;
-                ctx.failed(&failure, events);
-                return Ok(after_failure(&failure));
+                ctx.acknowledged(b.events);
+                return Ok(b.delivered());
+            }
+            tx.rollback().await?;
+            return Ok(Outcome::Changed);
+        }
+        Err(err) => err,
+    };
+    tx.rollback().await?;
+    // Re-apply the events before the failing one, then record the failure in the same
+    // transaction, so the progress and the failure land together. A sink that is not
+    // deterministic may fail elsewhere the second time: the failure is then recorded where it
+    // happened this time, or on the first event with nothing applied if that prefix fails too.
+    let mut tx = conn.begin().await?;
+    let (index, message) = match prefix(ctx, &mut tx, b.events, err.index).await {
+        Ok(()) => (err.index, err.message),
+        Err(again) => {
+            tx.rollback().await?;
+            tx = conn.begin().await?;
+            if prefix(ctx, &mut tx, b.events, again.index).await.is_ok() {
+                (again.index, again.message)
+            } else {
+                tx.rollback().await?;
+                tx = conn.begin().await?;
+                (0, again.message)
             }
         }
+    };
+    let failure = failure(ctx, b.shard, b.events, index, message);
+    if !shards::record_failure(&mut tx, b.shard, b.shard.cursor, &failure).await? {
+        tx.rollback().await?;
+        return Ok(Outcome::Changed);
     }
+    tx.commit().await?;
+    ctx.failed(&failure, b.events);
+    Ok(after_failure(&failure))
+}
 
-    // External sink: no transaction is open while it works.
+/// Applies the events before `index` in `tx`.
+async fn prefix(
+    ctx: &ShardCtx,
+    tx: &mut sqlx::PgConnection,
+    events: &[crate::Event],
+    index: usize,
+) -> Result<(), SinkError> {
+    if index == 0 {
+        return Ok(());
+    }
+    deliver(ctx, Some(tx), &events[..index]).await
+}
+
+/// A webhook, log or SSE sink: no transaction is open while it works (at least once).
+async fn external(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
     let started = Instant::now();
-    let res = deliver(ctx, None, events).await;
+    let res = deliver(ctx, None, b.events).await;
     ctx.handler_took(started);
     match res {
         Ok(()) => {
-            if shards::advance(conn, &shard, shard.cursor, end, n).await? {
-                ctx.acknowledged(events);
-                Ok(Outcome::Delivered { cursor: end, more: full })
+            if shards::advance(conn, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+                ctx.acknowledged(b.events);
+                Ok(b.delivered())
             } else {
                 Ok(Outcome::Changed)
             }
         }
         Err(err) => {
-            let failure = failure(ctx, &shard, events, err.index.min(events.len() - 1), err.message);
-            if shards::record_failure(conn, &shard, shard.cursor, &failure).await? {
-                ctx.failed(&failure, events);
+            let failure = failure(ctx, b.shard, b.events, err.index.min(b.events.len() - 1), err.message);
+            if shards::record_failure(conn, b.shard, b.shard.cursor, &failure).await? {
+                ctx.failed(&failure, b.events);
                 Ok(after_failure(&failure))
             } else {
                 Ok(Outcome::Changed)

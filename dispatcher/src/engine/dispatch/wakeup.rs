@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Position, Result, Xid8};
 
-pub const EVENTS_CHANNEL: &str = "highwater_events";
-pub const CONTROL_CHANNEL: &str = "highwater_control";
+pub use crate::notify::{CONTROL_CHANNEL, EVENTS_CHANNEL};
 
 /// The newest event below the fence, and whether committed events wait above it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,14 +20,16 @@ pub struct Head {
 }
 
 pub async fn read_head(pool: &PgPool) -> Result<Head> {
-    let row = sqlx::query(
-        "WITH s AS MATERIALIZED (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS fence)
+    let row = sqlx::query(concat!(
+        "WITH s AS MATERIALIZED (SELECT ",
+        fence!(),
+        " AS fence)
          SELECT h.tx_id AS tx, h.id,
                 EXISTS (SELECT 1 FROM highwater.events WHERE tx_id >= s.fence) AS pending
            FROM s
            LEFT JOIN LATERAL (SELECT tx_id, id FROM highwater.events WHERE tx_id < s.fence
                                ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true",
-    )
+    ))
     .fetch_one(pool)
     .await?;
     let position = match row.try_get::<Option<Xid8>, _>("tx")? {

@@ -5,7 +5,7 @@ use std::{fmt, time::Duration};
 use highwater_crds::SHARED_INSTANCE;
 use sqlx::{PgPool, Row};
 
-use crate::{Error, Position, Result};
+use crate::{Error, Position, Result, notify, shards::Status};
 
 /// A running dispatcher refreshes its shards' heartbeat every 10 s; anything shorter than this
 /// could delete the shard of a live instance, which would then start again from `startFrom`.
@@ -28,7 +28,7 @@ pub struct GcOptions {
 pub struct Collected {
     pub consumer: String,
     pub instance_id: String,
-    pub status: String,
+    pub status: Status,
     pub cursor: Position,
     pub heartbeat_age: Duration,
     pub pod_uid: Option<String>,
@@ -132,7 +132,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
     let mut consumers: Vec<&str> = report.deleted.iter().map(|c| c.consumer.as_str()).collect();
     consumers.dedup();
     for c in consumers {
-        sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(c).execute(&mut *tx).await?;
+        notify::control(&mut *tx, &c).await?;
     }
     tx.commit().await?;
     Ok(report)

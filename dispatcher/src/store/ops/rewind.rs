@@ -54,9 +54,8 @@ impl fmt::Display for RewindTo {
 }
 
 /// The newest event below the fence, as `shards::register` computes `latest`.
-const HEAD: &str = "SELECT tx_id, id FROM highwater.events
-                     WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-                     ORDER BY tx_id DESC, id DESC LIMIT 1";
+const HEAD: &str =
+    concat!("SELECT tx_id, id FROM highwater.events WHERE tx_id < ", fence!(), " ORDER BY tx_id DESC, id DESC LIMIT 1");
 
 fn position(row: Option<(Xid8, i64)>) -> Option<Position> {
     row.map(Position::from)
@@ -69,12 +68,11 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
         RewindTo::Earliest => Ok(Position::ZERO),
         RewindTo::Latest => Ok(position(sqlx::query_as(HEAD).fetch_optional(conn).await?).unwrap_or(Position::ZERO)),
         RewindTo::Event(id) => {
-            let row: Option<(Xid8, bool)> = sqlx::query_as(
-                "SELECT tx_id, tx_id < pg_snapshot_xmin(pg_current_snapshot()) FROM highwater.events WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(conn)
-            .await?;
+            let row: Option<(Xid8, bool)> =
+                sqlx::query_as(concat!("SELECT tx_id, tx_id < ", fence!(), " FROM highwater.events WHERE id = $1"))
+                    .bind(id)
+                    .fetch_optional(conn)
+                    .await?;
             let Some((tx, below)) = row else {
                 return Err(Error::Refused(format!(
                     "no event with id {id} (never appended, deleted by `highwater events prune`, or its \
@@ -93,11 +91,11 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
             Ok(Position::new(tx.0, id - 1))
         }
         RewindTo::Time(t) => {
-            let first: Option<(Xid8, i64)> = sqlx::query_as(
-                "SELECT tx_id, id FROM highwater.events
-                  WHERE created_at >= $1 AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-                  ORDER BY tx_id, id LIMIT 1",
-            )
+            let first: Option<(Xid8, i64)> = sqlx::query_as(concat!(
+                "SELECT tx_id, id FROM highwater.events WHERE created_at >= $1 AND tx_id < ",
+                fence!(),
+                " ORDER BY tx_id, id LIMIT 1"
+            ))
             .bind(t)
             .fetch_optional(&mut *conn)
             .await?;

@@ -1,5 +1,5 @@
 //! Which shards an ops command addresses, and what they look like when it does not apply.
-use highwater_crds::SHARED_INSTANCE;
+use highwater_crds::{Delivery, SHARED_INSTANCE};
 use sqlx::{PgConnection, Row};
 
 use crate::{Error, Result, shards::Status};
@@ -37,7 +37,7 @@ pub struct ShardState {
 /// Resolves the consumer and the instance: the `__shared__` shard by default for Shared consumers,
 /// every shard for PerInstance ones. Refuses unknown consumers and instances.
 pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&str>) -> Result<Scope> {
-    let row: Option<(String, String, bool)> =
+    let row: Option<(Delivery, String, bool)> =
         sqlx::query_as("SELECT delivery, consumer_group, suspended FROM highwater.consumers WHERE name = $1")
             .bind(consumer)
             .fetch_optional(&mut *conn)
@@ -47,7 +47,7 @@ pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&
             "no consumer named {consumer:?}\n  fix: `highwater consumer list` shows them"
         )));
     };
-    let shared = delivery == "Shared";
+    let shared = delivery == Delivery::Shared;
     if shared && instance.is_some_and(|i| i != SHARED_INSTANCE) {
         return Err(Error::Refused(format!(
             "consumer {consumer} is Shared: its one shard is {SHARED_INSTANCE}, there is no instance {:?}\n  \
@@ -102,7 +102,7 @@ pub async fn states(conn: &mut PgConnection, scope: &Scope) -> Result<Vec<ShardS
         .map(|r| {
             Ok(ShardState {
                 instance_id: r.try_get("instance_id")?,
-                status: r.try_get::<&str, _>("status")?.parse()?,
+                status: r.try_get("status")?,
                 attempts: r.try_get("attempts")?,
                 failing_event_id: r.try_get("failing_event_id")?,
                 failing_event_exists: r.try_get("failing_event_exists")?,

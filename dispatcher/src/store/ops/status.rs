@@ -3,16 +3,18 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::{Result, Xid8};
+use highwater_crds::Delivery;
+
+use crate::{Result, Xid8, shards::Status};
 
 /// One shard as `consumer status` shows it.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct ShardStatus {
     pub consumer: String,
     pub instance_id: String,
-    pub delivery: String,
+    pub delivery: Delivery,
     pub group: String,
-    pub status: String,
+    pub status: Status,
     /// Id of the last event the cursor has passed (0 before the first).
     pub cursor_event_id: i64,
     pub cursor_tx: Xid8,
@@ -59,12 +61,13 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
                  WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
                    AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))) l ON true
           WHERE ($1::text IS NULL OR s.consumer = $1)
-            AND ($2::text IS NULL OR (c.consumer_group = $2 AND s.instance_id IN ($3, '__shared__')))
+            AND ($2::text IS NULL OR (c.consumer_group = $2 AND s.instance_id IN ($3, $4)))
           ORDER BY s.consumer, s.instance_id",
     )
     .bind(f.consumer)
     .bind(group)
     .bind(instance)
+    .bind(highwater_crds::SHARED_INSTANCE)
     .fetch_all(pool)
     .await?)
 }

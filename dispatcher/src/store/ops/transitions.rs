@@ -9,7 +9,7 @@ use std::fmt;
 use sqlx::{PgPool, Row};
 
 use super::scope::{self, Scope, ShardState};
-use crate::{Error, Position, Result, shards::Status};
+use crate::{Error, Position, Result, notify, shards::Status};
 
 /// What a command did to one shard.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -158,14 +158,14 @@ pub(super) async fn execute(
             consumer: scope.consumer.clone(),
             instance_id: r.try_get("instance_id")?,
             action,
-            from_status: r.try_get::<&str, _>("from_status")?.parse()?,
-            to_status: r.try_get::<&str, _>("to_status")?.parse()?,
+            from_status: r.try_get("from_status")?,
+            to_status: r.try_get("to_status")?,
             cursor_before: Position::from((r.try_get("from_tx")?, r.try_get("from_id")?)),
             cursor_after: Position::from((r.try_get("to_tx")?, r.try_get("to_id")?)),
         });
     }
     out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-    sqlx::query("SELECT pg_notify('highwater_control', $1)").bind(&scope.consumer).execute(&mut *tx).await?;
+    notify::control(&mut *tx, &scope.consumer).await?;
     tx.commit().await?;
     Ok(out)
 }
