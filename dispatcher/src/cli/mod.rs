@@ -9,6 +9,8 @@ mod events;
 pub use consumer::ConsumerCmd;
 pub use events::EventsCmd;
 
+pub use crate::logging::{LogFormat, init_tracing};
+
 use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart, shutdown::shutdown_signal};
 
 #[derive(Parser, Debug)]
@@ -25,15 +27,9 @@ pub struct Global {
     /// PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Log format on stderr.
+    /// Log format on stderr: `text` (coloured only on a terminal) or `json` (one object per line).
     #[arg(long, env = "HIGHWATER_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,16 +115,6 @@ pub enum EventTypesCmd {
         description: Option<String>,
     },
     List,
-}
-
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HIGHWATER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 fn require_url(g: &Global) -> Result<String> {
