@@ -136,6 +136,38 @@ async fn bad_definitions_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn yaml_syntax_errors_name_the_file_line_and_column() {
+    let db = setup(&[]).await;
+    let yaml = consumer("broken", "delivery: [Shared\nsink: {log: {}}");
+
+    // The library: the YAML error itself, not what the typed spec made of the half-parsed value.
+    let e = definitions::parse(&yaml, "file:broken.yaml").unwrap_err();
+    assert!(matches!(e, Error::Definition { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("YAML syntax error at line 7 column 7: did not find expected ',' or ']'"), "{msg}");
+    assert!(msg.contains("while parsing a flow sequence at line 6 column 13"), "{msg}");
+    assert!(!msg.contains("YAML tag"), "{msg}");
+
+    // The CLI: the file named, the place, and a fix line; nothing applied.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("broken.yaml");
+    std::fs::write(&f, &yaml).unwrap();
+    let (code, _, err) = run_cli(&["consumer", "apply", "-f", f.to_str().unwrap()], Some(&db.url));
+    assert_eq!(code, 1);
+    let path = f.display().to_string();
+    assert!(err.contains(&format!("invalid consumer definition in file:{path} (document 1)")), "{err}");
+    assert!(err.contains("YAML syntax error at line 7 column 7"), "{err}");
+    assert!(err.contains(&format!("\n  fix: correct the YAML at {path}:7:7 ")), "{err}");
+    assert!(!err.contains("YAML tag"), "{err}");
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await, 0);
+
+    // `dispatch --consumers` reads the same files and refuses to start.
+    let (code, _, err) = run_cli(&["dispatch", "--consumers", f.to_str().unwrap(), "--listen", "off"], Some(&db.url));
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("{path}:7:7")), "{err}");
+}
+
+#[tokio::test]
 async fn reserved_instance_id_unreachable_and_unmigrated_databases() {
     let db = setup(&[]).await;
     let (code, _, err) = run_cli(&["dispatch", "--instance-id", "__shared__"], Some(&db.url));
