@@ -127,12 +127,38 @@ fn require_url(g: &Global) -> Result<String> {
     })
 }
 
+/// A JSON argument: the text itself, or `@FILE`. A parse error names the argument (and the file)
+/// and prints a fix line.
 pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
-    let body = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?,
-        None => text.to_owned(),
+    let (body, file) = match text.strip_prefix('@') {
+        Some(path) => {
+            (std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?, Some(path))
+        }
+        None => (text.to_owned(), None),
     };
-    serde_json::from_str(&body).map_err(|e| Error::Config(format!("{what} is not valid JSON: {e}")))
+    serde_json::from_str(&body).map_err(|e| {
+        let (source, fix) = match file {
+            Some(path) => (
+                format!(" (file {path})"),
+                format!("correct the JSON in {path}; the line and column above are in that file"),
+            ),
+            None => {
+                let example = match what {
+                    "--payload" => r#"{"order_id": "42", "total": 99.5}"#,
+                    "--metadata" => r#"{"user": "ops"}"#,
+                    _ => "{}",
+                };
+                (
+                    String::new(),
+                    format!(
+                        "pass JSON text in single quotes, so the shell keeps its double quotes, e.g. \
+                         {what} '{example}'; or {what} @FILE to read it from a file"
+                    ),
+                )
+            }
+        };
+        Error::Config(format!("{what} is not valid JSON{source}: {e}\n  fix: {fix}"))
+    })
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
