@@ -144,10 +144,12 @@ impl ErrorMode {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Backoff {
-    /// Delay before the first retry; each further retry doubles it (with jitter up to 2x).
+    /// Delay before the first retry, and the shortest delay of any retry; each further failure
+    /// doubles the delay's upper bound, up to max.
     #[serde(default = "default_backoff_initial")]
     pub initial: String,
-    /// The longest delay between retries.
+    /// The longest delay between retries, jitter included (jitter only lowers a delay, by at most
+    /// half, never below initial).
     #[serde(default = "default_backoff_max")]
     pub max: String,
 }

@@ -46,6 +46,20 @@ pub enum Error {
     },
 }
 
+/// Hints for errors that `highwater.append` raises without one (a migration already applied
+/// cannot change, so they are added here, where the SQLSTATE becomes a typed error).
+fn missing_hint(code: &str, message: &str) -> Option<String> {
+    match code {
+        "HW002" if message.starts_with("metadata must be a JSON object") => Some(
+            "pass metadata as a JSON object, e.g. {\"user\": \"ops\"}, or none at all \
+             (correlation_id is filled in when absent); put other values under a key"
+                .into(),
+        ),
+        "HW001" | "HW002" | "HW003" => Some(format!("see SQLSTATE {code} under \"Errors\" in docs/events.md")),
+        _ => None,
+    }
+}
+
 fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!("\n  fix: {h}")).unwrap_or_default()
 }
@@ -73,7 +87,7 @@ impl Error {
             && let Some(pg) = db.try_downcast_ref::<PgDatabaseError>()
         {
             let message = pg.message().to_owned();
-            let hint = pg.hint().map(str::to_owned);
+            let hint = pg.hint().map(str::to_owned).or_else(|| missing_hint(pg.code(), &message));
             match pg.code() {
                 "HW001" => return Error::UnknownEventType { message, hint },
                 "HW002" => return Error::InvalidPayload { message, hint },

@@ -28,6 +28,7 @@ mod store;
 
 pub mod cli;
 pub mod error;
+pub mod logging;
 pub mod shutdown;
 
 pub use devtools::{embedded, quickstart};

@@ -136,6 +136,38 @@ async fn bad_definitions_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn yaml_syntax_errors_name_the_file_line_and_column() {
+    let db = setup(&[]).await;
+    let yaml = consumer("broken", "delivery: [Shared\nsink: {log: {}}");
+
+    // The library: the YAML error itself, not what the typed spec made of the half-parsed value.
+    let e = definitions::parse(&yaml, "file:broken.yaml").unwrap_err();
+    assert!(matches!(e, Error::Definition { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("YAML syntax error at line 7 column 7: did not find expected ',' or ']'"), "{msg}");
+    assert!(msg.contains("while parsing a flow sequence at line 6 column 13"), "{msg}");
+    assert!(!msg.contains("YAML tag"), "{msg}");
+
+    // The CLI: the file named, the place, and a fix line; nothing applied.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("broken.yaml");
+    std::fs::write(&f, &yaml).unwrap();
+    let (code, _, err) = run_cli(&["consumer", "apply", "-f", f.to_str().unwrap()], Some(&db.url));
+    assert_eq!(code, 1);
+    let path = f.display().to_string();
+    assert!(err.contains(&format!("invalid consumer definition in file:{path} (document 1)")), "{err}");
+    assert!(err.contains("YAML syntax error at line 7 column 7"), "{err}");
+    assert!(err.contains(&format!("\n  fix: correct the YAML at {path}:7:7 ")), "{err}");
+    assert!(!err.contains("YAML tag"), "{err}");
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumers").await, 0);
+
+    // `dispatch --consumers` reads the same files and refuses to start.
+    let (code, _, err) = run_cli(&["dispatch", "--consumers", f.to_str().unwrap(), "--listen", "off"], Some(&db.url));
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("{path}:7:7")), "{err}");
+}
+
+#[tokio::test]
 async fn reserved_instance_id_unreachable_and_unmigrated_databases() {
     let db = setup(&[]).await;
     let (code, _, err) = run_cli(&["dispatch", "--instance-id", "__shared__"], Some(&db.url));
@@ -163,4 +195,68 @@ async fn reserved_instance_id_unreachable_and_unmigrated_databases() {
     let (code, _, err) = run_cli(&["consumer", "list"], None);
     assert_eq!(code, 1);
     assert!(err.contains("DATABASE_URL"), "{err}");
+}
+
+/// docs/events.md: the CLI prints a problem line and a `fix:` line for every bad append.
+#[tokio::test]
+async fn bad_json_and_non_object_metadata_print_a_fix() {
+    let db = setup(&["Known"]).await;
+    let append_cli = |payload: &str, metadata: Option<&str>| {
+        let mut args = vec!["events", "append", "--stream-type", "s", "--stream-id", "1", "--type", "Known"];
+        args.extend(["--payload", payload]);
+        if let Some(m) = metadata {
+            args.extend(["--metadata", m]);
+        }
+        run_cli(&args, Some(&db.url))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bad_file = dir.path().join("meta.json");
+    std::fs::write(&bad_file, "{\"user\": ops}").unwrap();
+    let at_file = format!("@{}", bad_file.display());
+
+    for (payload, metadata, problem, fix) in [
+        (
+            "{order_id: 42}",
+            None,
+            "--payload is not valid JSON: key must be a string at line 1 column 2",
+            "--payload '{",
+        ),
+        (
+            "{}",
+            Some("{user: ops}"),
+            "--metadata is not valid JSON: key must be a string",
+            "--metadata '{\"user\": \"ops\"}'",
+        ),
+        (
+            "{}",
+            Some(at_file.as_str()),
+            &format!("--metadata is not valid JSON (file {}): expected value at line 1 column 10", bad_file.display()),
+            &format!("correct the JSON in {}", bad_file.display()),
+        ),
+        (
+            "{}",
+            Some("[\"ops\"]"),
+            "metadata must be a JSON object, got array",
+            "pass metadata as a JSON object, e.g. {\"user\": \"ops\"}",
+        ),
+        ("{}", Some("\"ops\""), "metadata must be a JSON object, got string", "pass metadata as a JSON object"),
+    ] {
+        let (code, out, err) = append_cli(payload, metadata);
+        assert_eq!(code, 1, "{payload} {metadata:?}: {out}{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert!(lines.len() == 2, "a problem line and a fix line:\n{err}");
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(problem), "{err}");
+        assert!(lines[1].starts_with("  fix: ") && lines[1].contains(fix), "{err}");
+    }
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events").await, 0, "nothing stored");
+
+    // The library: HW002 for non-object metadata carries the hint too.
+    let mut ev = NewEvent::new("s", "1", "Known", json!({}));
+    ev.metadata = Some(json!(["ops"]));
+    let mut tx = db.pool.begin().await.unwrap();
+    let e = append(&mut tx, &ev).await.unwrap_err();
+    let Error::InvalidPayload { message, hint } = &e else { panic!("{e:?}") };
+    assert_eq!(message, "metadata must be a JSON object, got array");
+    assert!(hint.as_deref().is_some_and(|h| h.contains("JSON object")), "{e:?}");
+    assert!(e.to_string().contains("\n  fix: pass metadata as a JSON object"), "{e}");
 }

@@ -61,7 +61,8 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     let gap1 = seen_attempts[1].1 - seen_attempts[0].1;
     let gap2 = seen_attempts[2].1 - seen_attempts[1].1;
     assert!(gap1 >= Duration::from_millis(250), "first retry waited the initial backoff ({gap1:?})");
-    assert!(gap2 >= Duration::from_millis(550), "second retry waited about twice as long ({gap2:?})");
+    // The second delay lies in [initial, 2 · initial] (jitter only lowers it, never below initial).
+    assert!(gap2 >= Duration::from_millis(250), "second retry waited at least the initial backoff ({gap2:?})");
 
     let (attempts, failing, error, cursor): (i32, Option<i64>, Option<String>, i64) = sqlx::query_as(
         "SELECT attempts, failing_event_id, last_error, cursor_id FROM highwater.consumer_shards WHERE consumer = 'a'",

@@ -795,6 +795,12 @@ fn dispatcher_pods_carry_their_group_label_and_the_pod_name_as_instance_id() {
                 str_at(&r.values, "database.secretKey"),
                 "{at}: DATABASE_URL key"
             );
+            let log_format = seq(get(c, "env")).iter().find(|e| str_at(e, "name") == "HIGHWATER_LOG_FORMAT");
+            assert_eq!(
+                log_format.map(|e| str_at(e, "value")),
+                Some(str_at(&r.values, "dispatchers.logFormat")),
+                "{at}: HIGHWATER_LOG_FORMAT from dispatchers.logFormat"
+            );
             for e in seq(get(g, "env")) {
                 assert!(env.contains_key(str_at(e, "name")), "{at}: group env {} missing", str_at(e, "name"));
             }
@@ -931,6 +937,12 @@ fn the_operator_elects_a_leader_and_knows_its_pod_through_the_downward_api() {
             str_at(env["POD_NAMESPACE"], "valueFrom.fieldRef.fieldPath"),
             "metadata.namespace",
             "{}: POD_NAMESPACE",
+            r.file
+        );
+        assert_eq!(
+            str_at(env["HIGHWATER_LOG_FORMAT"], "value"),
+            str_at(&r.values, "operator.logFormat"),
+            "{}: HIGHWATER_LOG_FORMAT from operator.logFormat",
             r.file
         );
         let watch = str_at(&r.values, "operator.watchNamespace");

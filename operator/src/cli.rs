@@ -65,6 +65,9 @@ pub struct RunArgs {
     pub concurrency: u16,
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// Log format on stderr: `text` (coloured only on a terminal) or `json` (one object per line).
+    #[arg(long, env = "HIGHWATER_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: highwater::logging::LogFormat,
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -81,14 +84,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HIGHWATER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,kube=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-}
-
 async fn operate(a: RunArgs) -> anyhow::Result<()> {
-    init_tracing();
+    highwater::logging::init_tracing_with(a.log_format, "info,sqlx=warn,kube=warn");
     let shutdown = highwater::shutdown::shutdown_signal();
     let url = a
         .database_url

@@ -9,6 +9,8 @@ mod events;
 pub use consumer::ConsumerCmd;
 pub use events::EventsCmd;
 
+pub use crate::logging::{LogFormat, init_tracing};
+
 use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart, shutdown::shutdown_signal};
 
 #[derive(Parser, Debug)]
@@ -25,15 +27,9 @@ pub struct Global {
     /// PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Log format on stderr.
+    /// Log format on stderr: `text` (coloured only on a terminal) or `json` (one object per line).
     #[arg(long, env = "HIGHWATER_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub log_format: LogFormat,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,16 +117,6 @@ pub enum EventTypesCmd {
     List,
 }
 
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HIGHWATER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 fn require_url(g: &Global) -> Result<String> {
     g.database_url.clone().ok_or_else(|| {
         Error::Config(
@@ -141,12 +127,38 @@ fn require_url(g: &Global) -> Result<String> {
     })
 }
 
+/// A JSON argument: the text itself, or `@FILE`. A parse error names the argument (and the file)
+/// and prints a fix line.
 pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
-    let body = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?,
-        None => text.to_owned(),
+    let (body, file) = match text.strip_prefix('@') {
+        Some(path) => {
+            (std::fs::read_to_string(path).map_err(Error::io(format!("reading {what} file {path}")))?, Some(path))
+        }
+        None => (text.to_owned(), None),
     };
-    serde_json::from_str(&body).map_err(|e| Error::Config(format!("{what} is not valid JSON: {e}")))
+    serde_json::from_str(&body).map_err(|e| {
+        let (source, fix) = match file {
+            Some(path) => (
+                format!(" (file {path})"),
+                format!("correct the JSON in {path}; the line and column above are in that file"),
+            ),
+            None => {
+                let example = match what {
+                    "--payload" => r#"{"order_id": "42", "total": 99.5}"#,
+                    "--metadata" => r#"{"user": "ops"}"#,
+                    _ => "{}",
+                };
+                (
+                    String::new(),
+                    format!(
+                        "pass JSON text in single quotes, so the shell keeps its double quotes, e.g. \
+                         {what} '{example}'; or {what} @FILE to read it from a file"
+                    ),
+                )
+            }
+        };
+        Error::Config(format!("{what} is not valid JSON{source}: {e}\n  fix: {fix}"))
+    })
 }
 
 pub async fn run(cli: Cli) -> Result<()> {

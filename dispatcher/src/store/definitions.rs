@@ -48,7 +48,12 @@ pub struct Definition {
 }
 
 /// Parses every `EventConsumer` document of a YAML stream; the first bad one fails the lot.
+///
+/// A YAML syntax error anywhere in the stream is reported first, as itself, with its line and
+/// column: deserialized straight into the typed spec, `delivery: [Shared` would surface as "invalid
+/// type: sequence, expected a YAML tag" instead of the unclosed `[`.
 pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
+    check_syntax(text, source)?;
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = format!("{source} (document {})", i + 1);
@@ -67,6 +72,29 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
         out.push(Definition { name, spec: d.spec, source: source.to_owned() });
     }
     Ok(out)
+}
+
+/// Fails on the first YAML syntax error of the stream, naming the document, line and column.
+fn check_syntax(text: &str, source: &str) -> Result<()> {
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        // After a syntax error the stream yields the same error forever: stop at the first.
+        if let Err(e) = serde::de::IgnoredAny::deserialize(doc) {
+            let at = e.location().map(|l| format!(" at line {} column {}", l.line(), l.column())).unwrap_or_default();
+            let place = match (source.strip_prefix("file:"), e.location()) {
+                (Some(file), Some(l)) => format!("{file}:{}:{}", l.line(), l.column()),
+                (Some(file), None) => file.to_owned(),
+                (None, _) => format!("the YAML{at}"),
+            };
+            return Err(Error::Definition {
+                origin: format!("{source} (document {})", i + 1),
+                problem: format!(
+                    "YAML syntax error{at}: {e}\n  fix: correct the YAML at {place} (an unclosed [ or {{, \
+                     a tab or a wrong indentation are the usual causes)"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads a file, or every `*.yaml`/`*.yml` file of a directory in name order.
@@ -279,6 +307,21 @@ spec:
     fn bad_value_is_refused() {
         let e = parse(&GOOD.replace("delivery: Shared", "delivery: Sometimes"), "f").unwrap_err().to_string();
         assert!(e.contains("Sometimes"), "{e}");
+    }
+
+    #[test]
+    fn yaml_syntax_errors_name_the_file_line_and_column() {
+        let e = parse(&GOOD.replace("delivery: Shared", "delivery: [Shared"), "file:x.yaml").unwrap_err();
+        let Error::Definition { origin, problem } = &e else { panic!("{e:?}") };
+        assert_eq!(origin, "file:x.yaml (document 1)");
+        // The `[` opens on line 6 column 13; the parser gives up on line 7, at `eventTypes:`'s colon.
+        assert!(problem.starts_with("YAML syntax error at line 7 column 13: did not find expected ',' or ']'"), "{e}");
+        assert!(problem.contains("while parsing a flow sequence at line 6 column 13"), "{e}");
+        assert!(problem.contains("\n  fix: correct the YAML at x.yaml:7:13 "), "{e}");
+        assert!(!problem.contains("YAML tag"), "{e}");
+        // In a later document, after a good one: that document is named.
+        let e = parse(&format!("{GOOD}---\nkind: {{oops\n"), "file:x.yaml").unwrap_err().to_string();
+        assert!(e.contains("(document 3)") && e.contains("YAML syntax error at line"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use highwater_crds::{ConsumerSpec, ErrorMode};
 use sqlx::{Connection, PgPool};
 
@@ -75,17 +74,28 @@ pub enum Outcome {
     Missing,
 }
 
-/// Delay before attempt `attempts + 1`: exponential from `initial`, capped at `max`, with jitter.
+/// Delay after the `attempts`-th consecutive failure (before attempt `attempts + 1`), drawn at
+/// random from [`retry_delay_bounds`]: never shorter than `initial`, never longer than `max`,
+/// jitter included.
 pub fn retry_delay(initial: Duration, max: Duration, attempts: i32) -> Duration {
-    ExponentialBuilder::default()
-        .with_min_delay(initial)
-        .with_max_delay(max)
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .build()
-        .nth(attempts.saturating_sub(1).max(0) as usize)
-        .unwrap_or(max)
+    let (floor, ceiling) = retry_delay_bounds(initial, max, attempts);
+    floor + (ceiling - floor).mul_f64(rand::random::<f64>())
+}
+
+/// The range `[floor, ceiling]` of the delay after the `attempts`-th consecutive failure:
+/// `ceiling = min(initial · 2^(attempts-1), max)` and `floor = max(initial, ceiling / 2)`. Jitter
+/// only lowers a delay, by at most half, and never below `initial`: the first retry waits exactly
+/// `initial` and, once the doubling reaches `max`, delays are spread over
+/// `[max(initial, max/2), max]`. An `initial` above `max` (refused by validation) counts as `max`.
+///
+/// Not backon's `ExponentialBuilder` (still used for connection retries in `db`): its jitter
+/// adds up to 100 % *after* the cap, which is how `max: 2s` gave 3.5 s, and it doubles in `f32`
+/// seconds (100 ms → 200.000003 ms), so a cap or a floor computed from it is not exact.
+pub fn retry_delay_bounds(initial: Duration, max: Duration, attempts: i32) -> (Duration, Duration) {
+    let initial = initial.min(max);
+    let doublings = attempts.saturating_sub(1).clamp(0, 31) as u32;
+    let ceiling = initial.saturating_mul(1 << doublings).min(max);
+    (initial.max(ceiling / 2), ceiling)
 }
 
 pub async fn run(ctx: &ShardCtx) -> Result<Outcome> {
@@ -280,10 +290,52 @@ mod tests {
     fn retry_delay_grows_and_is_capped() {
         let i = Duration::from_millis(100);
         let m = Duration::from_secs(1);
-        let d1 = retry_delay(i, m, 1);
-        let d4 = retry_delay(i, m, 4);
-        assert!(d1 >= i && d1 <= 2 * i, "{d1:?}");
-        assert!(d4 >= 8 * i, "{d4:?}");
-        assert!(retry_delay(i, m, 50) <= 2 * m);
+        assert_eq!(retry_delay(i, m, 1), i, "the first retry waits exactly initial");
+        assert_eq!(retry_delay_bounds(i, m, 2), (i, 2 * i));
+        assert_eq!(retry_delay_bounds(i, m, 4), (4 * i, 8 * i));
+        assert_eq!(retry_delay_bounds(i, m, 5), (m / 2, m), "capped at max, jitter below it");
+        assert_eq!(retry_delay_bounds(i, m, 50), (m / 2, m));
+        assert_eq!(retry_delay_bounds(i, m, 0), (i, i));
+        // initial close to max: the floor stays at initial.
+        assert_eq!(retry_delay_bounds(Duration::from_millis(1500), 2 * m, 9), (Duration::from_millis(1500), 2 * m));
+    }
+
+    /// Issue 12: `backoff.max: 2s` gave a 3.5 s delay (backon's jitter added up to 100 % after the
+    /// cap). Over many draws no delay exceeds `max` or falls below its documented floor
+    /// `max(initial, min(initial · 2^(n-1), max) / 2)`, and the jitter really spreads them.
+    #[test]
+    fn retry_delays_never_exceed_max_nor_fall_below_the_floor() {
+        let ms = Duration::from_millis;
+        for (initial, max) in [
+            (ms(500), ms(2000)),
+            (ms(500), ms(300_000)),
+            (ms(300), ms(10_000)),
+            (ms(1), ms(3)),
+            (ms(2000), ms(2000)),
+            (ms(1500), ms(2000)),
+            (ms(100), ms(1000)),
+        ] {
+            for attempts in 0..=40 {
+                let n = attempts.max(1) as u32;
+                let doubled = initial.saturating_mul(2u32.saturating_pow(n - 1).min(1 << 30));
+                let ceiling = doubled.min(max);
+                let floor = initial.max(ceiling / 2);
+                let (mut lo, mut hi) = (Duration::MAX, Duration::ZERO);
+                for _ in 0..2000 {
+                    let d = retry_delay(initial, max, attempts);
+                    assert!(d <= max, "{d:?} > max {max:?} (initial {initial:?}, attempt {attempts})");
+                    assert!(d >= initial, "{d:?} < initial {initial:?} (attempt {attempts})");
+                    assert!(
+                        d >= floor && d <= ceiling,
+                        "{d:?} outside [{floor:?}, {ceiling:?}] (initial {initial:?}, max {max:?}, attempt {attempts})"
+                    );
+                    lo = lo.min(d);
+                    hi = hi.max(d);
+                }
+                if ceiling - floor >= ms(2) {
+                    assert!(hi - lo >= (ceiling - floor) / 2, "jitter spreads the delays: [{lo:?}, {hi:?}]");
+                }
+            }
+        }
     }
 }
