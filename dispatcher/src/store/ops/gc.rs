@@ -132,7 +132,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
     let mut consumers: Vec<&str> = report.deleted.iter().map(|c| c.consumer.as_str()).collect();
     consumers.dedup();
     for c in consumers {
-        notify::control(&mut *tx, &c).await?;
+        notify::control(&mut *tx, c).await?;
     }
     tx.commit().await?;
     Ok(report)
