@@ -27,13 +27,25 @@ pub enum Error {
     NotMigrated { target: String },
     #[error("invalid consumer definition in {origin}: {problem}")]
     Definition { origin: String, problem: String },
+    /// A request that does not apply (a transition, a prune, a name), with how to get past it.
     #[error("{0}")]
-    Refused(String),
+    Refused(Refusal),
     /// Two declarations claim one consumer name.
     #[error("{0}")]
     Conflict(String),
+    /// A flag, an environment variable or a setting that cannot work, with how to fix it.
     #[error("{0}")]
-    Config(String),
+    Config(Refusal),
+    /// A broken invariant: a bug in highwater, never a consequence of the input.
+    #[error("internal error: {0}")]
+    Internal(String),
+    /// The throwaway PostgreSQL of the quickstart and the tests could not be set up.
+    #[error("embedded PostgreSQL: {0}")]
+    Embedded(String),
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("a task stopped: {0}")]
+    Join(#[from] tokio::task::JoinError),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
@@ -60,11 +72,45 @@ fn missing_hint(code: &str, message: &str) -> Option<String> {
     }
 }
 
+/// What was refused and, where there is one, what to do about it: printed as the problem, then
+/// `  fix: …` on its own line, the shape every highwater error has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub problem: String,
+    pub fix: Option<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.problem)?;
+        if let Some(fix) = &self.fix {
+            write!(f, "\n  fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
 fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!("\n  fix: {h}")).unwrap_or_default()
 }
 
 impl Error {
+    pub fn refused(problem: impl Into<String>) -> Error {
+        Error::Refused(Refusal { problem: problem.into(), fix: None })
+    }
+
+    pub fn config(problem: impl Into<String>) -> Error {
+        Error::Config(Refusal { problem: problem.into(), fix: None })
+    }
+
+    /// The fix line of a refusal or a configuration error; other errors are returned as they are.
+    pub fn with_fix(mut self, fix: impl Into<String>) -> Error {
+        if let Error::Refused(r) | Error::Config(r) = &mut self {
+            r.fix = Some(fix.into());
+        }
+        self
+    }
+
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }

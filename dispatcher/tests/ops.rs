@@ -90,7 +90,7 @@ async fn seen(pool: &PgPool) -> Vec<i64> {
 /// The refusal message, asserting it is one.
 fn refused<T: std::fmt::Debug>(r: highwater::Result<T>) -> String {
     match r {
-        Err(Error::Refused(m)) => m,
+        Err(Error::Refused(m)) => m.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -38,7 +38,7 @@ fn opts(types: &[&str]) -> retention::PruneOptions {
 
 fn refused<T: std::fmt::Debug>(r: highwater::Result<T>) -> String {
     match r {
-        Err(Error::Refused(m)) => m,
+        Err(Error::Refused(m)) => m.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

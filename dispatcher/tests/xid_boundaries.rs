@@ -72,7 +72,7 @@ fn assert_crosses(boundary: u64, positions: &[Position]) {
 
 fn refused<T: std::fmt::Debug>(r: highwater::Result<T>) -> String {
     match r {
-        Err(Error::Refused(m)) => m,
+        Err(Error::Refused(m)) => m.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

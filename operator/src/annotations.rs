@@ -34,7 +34,7 @@ pub async fn handle(
                 let shards: Vec<&str> = t.iter().map(|t| t.instance_id.as_str()).collect();
                 events::on(ctx, ec, false, "Restarted", format!("restarted dead shard(s) {}", shards.join(", "))).await;
             }
-            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "RestartRefused", m).await,
+            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "RestartRefused", m.to_string()).await,
             Err(e) => return Err(e.into()),
         }
         out.restart = Some(v.clone());
@@ -56,7 +56,7 @@ pub async fn handle(
                     )
                     .await;
                 }
-                Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "SkipMismatch", m).await,
+                Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "SkipMismatch", m.to_string()).await,
                 Err(e) => return Err(e.into()),
             },
         }

@@ -62,7 +62,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         Ok(()) => match definitions::apply(&ctx.pool, std::slice::from_ref(&def)).await {
             Ok(_) => None,
             Err(highwater::Error::Conflict(m)) => Some(("Conflict", m)),
-            Err(highwater::Error::Refused(m)) => Some(("InvalidSpec", m)),
+            Err(highwater::Error::Refused(m)) => Some(("InvalidSpec", m.to_string())),
             Err(e) => return Err(e.into()),
         },
     };

@@ -8,8 +8,6 @@ pub enum Error {
     Store(#[from] highwater::Error),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("{0}")]
-    Config(String),
 }
 
 impl Error {
@@ -19,7 +17,6 @@ impl Error {
             Error::Kube(_) => "kubernetes",
             Error::Store(_) => "database",
             Error::Finalizer(_) => "finalizer",
-            Error::Config(_) => "config",
         }
     }
 }

@@ -110,7 +110,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::Apply { file } => {
             let defs = definitions::load(&file)?;
             if defs.is_empty() {
-                return Err(Error::Refused(format!("{} holds no EventConsumer", file.display())));
+                return Err(Error::refused(format!("{} holds no EventConsumer", file.display())));
             }
             for (name, outcome) in definitions::apply(pool, &defs).await? {
                 let word = match outcome {
@@ -138,7 +138,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
                     println!("consumer {name} has no shards yet: no dispatcher of its group has started");
                     return Ok(());
                 }
-                return Err(Error::Refused(format!(
+                return Err(Error::refused(format!(
                     "no consumer named {name:?}; `highwater consumer list` shows them"
                 )));
             }
@@ -218,5 +218,5 @@ fn print_all<T: std::fmt::Display>(changes: impl IntoIterator<Item = T>) {
 }
 
 fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
-    serde_json::to_string_pretty(rows).map_err(|e| Error::Config(e.to_string()))
+    Ok(serde_json::to_string_pretty(rows)?)
 }

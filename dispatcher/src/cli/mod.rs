@@ -119,11 +119,8 @@ pub enum EventTypesCmd {
 
 fn require_url(g: &Global) -> Result<String> {
     g.database_url.clone().ok_or_else(|| {
-        Error::Config(
-            "no database given\n  fix: set DATABASE_URL or pass --database-url \
-             (or run `highwater quickstart`, which starts its own)"
-                .into(),
-        )
+        Error::config("no database given")
+            .with_fix("set DATABASE_URL or pass --database-url (or run `highwater quickstart`, which starts its own)")
     })
 }
 
@@ -157,7 +154,7 @@ pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
                 )
             }
         };
-        Error::Config(format!("{what} is not valid JSON{source}: {e}\n  fix: {fix}"))
+        Error::config(format!("{what} is not valid JSON{source}: {e}")).with_fix(fix)
     })
 }
 
@@ -187,7 +184,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.listen = match a.listen.as_str() {
                 "off" | "" => None,
                 addr => Some(addr.parse().map_err(|e| {
-                    Error::Config(format!("--listen {addr:?} is not an address like 0.0.0.0:8080 ({e})"))
+                    Error::config(format!("--listen {addr:?} is not an address like 0.0.0.0:8080 ({e})"))
                 })?),
             };
             cfg.sse_tokens = crate::sse::Tokens::load(

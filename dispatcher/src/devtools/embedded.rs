@@ -80,11 +80,9 @@ pub fn find_bindir() -> Result<PathBuf> {
         .collect();
     found.sort();
     found.pop().map(|(_, p)| p).ok_or_else(|| {
-        Error::Config(
-            "PostgreSQL server binaries (initdb, postgres) not found\n  fix: install them \
-             (`apt-get install postgresql-15`), set HIGHWATER_PG_BINDIR, or set DATABASE_URL to \
-             use an existing server"
-                .into(),
+        Error::config("PostgreSQL server binaries (initdb, postgres) not found").with_fix(
+            "install them (`apt-get install postgresql-15`), set HIGHWATER_PG_BINDIR, or set DATABASE_URL to \
+             use an existing server",
         )
     })
 }
@@ -125,12 +123,12 @@ impl EmbeddedPostgres {
         let run_as = if nix::unistd::geteuid().is_root() {
             let user =
                 ["postgres", "nobody"].iter().find_map(|n| User::from_name(n).ok().flatten()).ok_or_else(|| {
-                    Error::Config(
+                    Error::Embedded(
                         "running as root and no `postgres` or `nobody` user exists to run PostgreSQL as".into(),
                     )
                 })?;
             chown(dir.path(), Some(user.uid), Some(user.gid))
-                .map_err(|e| Error::Config(format!("chown of {}: {e}", dir.path().display())))?;
+                .map_err(|e| Error::Embedded(format!("chown of {}: {e}", dir.path().display())))?;
             Some(user)
         } else {
             None
@@ -174,7 +172,7 @@ impl EmbeddedPostgres {
             .output()
             .map_err(Error::io("running initdb"))?;
         if !out.status.success() {
-            return Err(Error::Config(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(Error::Embedded(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         Ok(())
     }
@@ -185,7 +183,7 @@ impl EmbeddedPostgres {
     fn reset_next_xid(&self, next: u64) -> Result<()> {
         let (epoch, xid) = ((next >> 32) as u32, next as u32);
         if xid < 3 {
-            return Err(Error::Config(format!(
+            return Err(Error::Embedded(format!(
                 "next_xid {next}: its low 32 bits must be at least 3 (ids 0-2 are reserved)"
             )));
         }
@@ -207,7 +205,7 @@ impl EmbeddedPostgres {
         drop(single.stdin.take());
         let out = single.wait_with_output().map_err(Error::io("running postgres --single"))?;
         if !out.status.success() {
-            return Err(Error::Config(format!("VACUUM FREEZE failed: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(Error::Embedded(format!("VACUUM FREEZE failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         // 32 pages of 8 kB, two status bits a transaction: 1,048,576 transactions a segment.
         const XACTS_PER_SEGMENT: u32 = 32 * 8192 * 4;
@@ -225,7 +223,7 @@ impl EmbeddedPostgres {
             .output()
             .map_err(Error::io("running pg_resetwal"))?;
         if !out.status.success() {
-            return Err(Error::Config(format!("pg_resetwal failed: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(Error::Embedded(format!("pg_resetwal failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         Ok(())
     }
@@ -254,13 +252,13 @@ impl EmbeddedPostgres {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
                 let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                return Err(Error::Config(format!("postgres exited ({status}) while starting:\n{log}")));
+                return Err(Error::Embedded(format!("postgres exited ({status}) while starting:\n{log}")));
             }
             if sqlx::PgPool::connect(&self.url()).await.map(|p| tokio::spawn(async move { p.close().await })).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(Error::Config(format!(
+                return Err(Error::Embedded(format!(
                     "postgres did not accept connections within 60s; log at {}",
                     log_path.display()
                 )));
@@ -297,7 +295,7 @@ impl EmbeddedPostgres {
     pub async fn create_password_login(&self, role: &str, password: &str) -> Result<String> {
         // Both go into SQL, pg_hba.conf and the URL verbatim.
         if !role.chars().chain(password.chars()).all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::Config("create_password_login: role and password must be alphanumeric".into()));
+            return Err(Error::Internal("create_password_login: role and password must be alphanumeric".into()));
         }
         let pool = sqlx::PgPool::connect(&self.url()).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")))

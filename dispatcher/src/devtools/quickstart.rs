@@ -68,7 +68,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
         ("OrderPlaced", include_str!("../../../examples/event-types/OrderPlaced.schema.json")),
         ("OrderCancelled", include_str!("../../../examples/event-types/OrderCancelled.schema.json")),
     ] {
-        let schema: serde_json::Value = serde_json::from_str(schema).map_err(|e| Error::Config(e.to_string()))?;
+        let schema: serde_json::Value = serde_json::from_str(schema)?;
         event_types::register(&pool, name, Some(&schema), None).await?;
     }
     let mut defs = Vec::new();
@@ -101,7 +101,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::Refused("dispatchers did not register within 60s; see their logs".into()));
+            return Err(Error::refused("dispatchers did not register within 60s; see their logs"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -115,7 +115,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     let mut written = 0;
     let outcome = loop {
         tokio::select! {
-            _ = interrupted.cancelled() => break Err(Error::Refused("interrupted".into())),
+            _ = interrupted.cancelled() => break Err(Error::refused("interrupted")),
             _ = tokio::time::sleep(Duration::from_millis(1000)) => {}
         }
         if !writer_done && writer.is_finished() {
@@ -136,11 +136,11 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
             break Ok(());
         }
         if started.elapsed() > a.write_for + Duration::from_secs(90) {
-            break Err(Error::Refused("events were still undelivered 90 s after the writers finished".into()));
+            break Err(Error::refused("events were still undelivered 90 s after the writers finished"));
         }
     };
     if writer_done {
-        written = writer.await.map_err(|e| Error::Config(e.to_string()))??;
+        written = writer.await??;
     } else {
         writer.abort();
     }
@@ -250,7 +250,7 @@ async fn write_events(pool: sqlx::PgPool, total: usize, spread: Duration) -> Res
     }
     let mut written = 0;
     for t in tasks {
-        written += t.await.map_err(|e| Error::Config(e.to_string()))??;
+        written += t.await??;
     }
     Ok(written)
 }
@@ -282,5 +282,5 @@ async fn summary(pool: &sqlx::PgPool, logs: &Path, written: usize, instances: us
     );
     let ok = audit == written && cache == written * instances && last == max_event;
     println!("\n{}", if ok { "every event delivered to every consumer: OK" } else { "MISMATCH: see the logs above" });
-    if ok { Ok(()) } else { Err(Error::Refused("delivery counts do not match what was appended".into())) }
+    if ok { Ok(()) } else { Err(Error::refused("delivery counts do not match what was appended")) }
 }

@@ -35,9 +35,8 @@ struct AppState {
 
 pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        Error::Config(format!(
-            "cannot listen on {addr} for metrics, health and SSE: {e}\n  fix: pass another --listen / HIGHWATER_LISTEN"
-        ))
+        Error::config(format!("cannot listen on {addr} for metrics, health and SSE: {e}"))
+            .with_fix("pass another --listen / HIGHWATER_LISTEN")
     })
 }
 

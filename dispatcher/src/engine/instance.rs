@@ -13,14 +13,17 @@ pub fn resolve(given: Option<&str>) -> Result<String> {
 
 pub fn validate(id: &str) -> Result<()> {
     if id == SHARED_INSTANCE {
-        return Err(Error::Config(format!(
-            "instance id {SHARED_INSTANCE:?} is reserved for the cursor of shared consumers\n  fix: \
+        return Err(Error::config(format!(
+            "instance id {SHARED_INSTANCE:?} is reserved for the cursor of shared consumers"
+        ))
+        .with_fix(
+            "\
              pass another --instance-id / HIGHWATER_INSTANCE_ID (the pod name on Kubernetes), or \
-             leave both unset for a random one"
-        )));
+             leave both unset for a random one",
+        ));
     }
     if id.is_empty() || id.len() > 253 || id.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(Error::Config(format!(
+        return Err(Error::config(format!(
             "instance id {id:?} is invalid: use 1-253 printable characters without spaces"
         )));
     }

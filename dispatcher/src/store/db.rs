@@ -29,9 +29,8 @@ pub fn describe_target(url: &str) -> String {
 
 fn options(url: &str) -> Result<PgConnectOptions> {
     let opts = PgConnectOptions::from_str(url).map_err(|e| {
-        Error::Config(format!(
-            "the database URL is not valid ({e})\n  fix: use postgres://USER:PASSWORD@HOST:PORT/DATABASE"
-        ))
+        Error::config(format!("the database URL is not valid ({e})"))
+            .with_fix("use postgres://USER:PASSWORD@HOST:PORT/DATABASE")
     })?;
     Ok(opts
         .application_name("highwater")

@@ -132,17 +132,20 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
     let mut seen = std::collections::HashSet::new();
     for d in defs {
         if !seen.insert(&d.name) {
-            return Err(Error::Refused(format!("consumer {:?} is defined twice in this input", d.name)));
+            return Err(Error::refused(format!("consumer {:?} is defined twice in this input", d.name)));
         }
         let unknown = event_types::unknown(pool, &d.spec.event_types).await?;
         if !unknown.is_empty() {
-            return Err(Error::Refused(format!(
-                "consumer {:?} ({}) filters on unknown event types: {}\n  fix: register them with \
-                 `highwater event-types register NAME`, or correct eventTypes",
+            return Err(Error::refused(format!(
+                "consumer {:?} ({}) filters on unknown event types: {}",
                 d.name,
                 d.source,
                 unknown.join(", ")
-            )));
+            ))
+            .with_fix(
+                "register them with \
+                 `highwater event-types register NAME`, or correct eventTypes",
+            ));
         }
     }
     let mut tx = pool.begin().await?;
@@ -167,12 +170,15 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         if let Some((delivery, _, _, _)) = &existing
             && delivery != d.spec.delivery.as_str()
         {
-            return Err(Error::Refused(format!(
+            return Err(Error::refused(format!(
                 "consumer {:?}: delivery cannot change from {delivery} to {} (its cursors belong \
-                     to the old mode)\n  fix: `highwater consumer delete {}` and apply again, or \
-                     use a new name",
+                     to the old mode)",
                 d.name,
-                d.spec.delivery.as_str(),
+                d.spec.delivery.as_str()
+            ))
+            .with_fix(format!(
+                "`highwater consumer delete {}` and apply again, or \
+                     use a new name",
                 d.name
             )));
         }
@@ -245,7 +251,7 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
 pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
     let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1").bind(name).execute(pool).await?;
     if n.rows_affected() == 0 {
-        return Err(Error::Refused(format!("no consumer named {name:?}; `highwater consumer list` shows them")));
+        return Err(Error::refused(format!("no consumer named {name:?}; `highwater consumer list` shows them")));
     }
     notify::control(pool, name).await?;
     Ok(())

@@ -43,17 +43,20 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
 /// that it only uses keywords the database enforces.
 pub fn check_schema(event_type: &str, schema: &Value) -> Result<()> {
     if let Err(e) = jsonschema::meta::validate(schema) {
-        return Err(Error::Refused(format!("the schema for {event_type:?} is not a valid JSON Schema: {e}")));
+        return Err(Error::refused(format!("the schema for {event_type:?} is not a valid JSON Schema: {e}")));
     }
     let mut unsupported = Vec::new();
     walk(schema, "$", &mut unsupported);
     if unsupported.is_empty() {
         Ok(())
     } else {
-        Err(Error::Refused(format!(
-            "the schema for {event_type:?} uses keywords the database does not enforce: {}\n  fix: \
+        Err(Error::refused(format!(
+            "the schema for {event_type:?} uses keywords the database does not enforce: {}",
+            unsupported.join(", ")
+        ))
+        .with_fix(format!(
+            "\
              use only {} (see docs/events.md)",
-            unsupported.join(", "),
             SUPPORTED_KEYWORDS.join(", ")
         )))
     }
@@ -101,9 +104,7 @@ pub async fn register(
     .execute(pool)
     .await
     .map_err(|e| match e.as_database_error().and_then(|d| d.code()) {
-        Some(c) if c == "23514" => Error::Refused(format!(
-            "event type name {event_type:?} is invalid: start with a letter; use letters, digits and . _ : - (at most 200)"
-        )),
+        Some(c) if c == "23514" => Error::refused(format!("event type name {event_type:?} is invalid: start with a letter; use letters, digits and . _ : - (at most 200)")),
         _ => Error::Database(e),
     })?;
     Ok(())

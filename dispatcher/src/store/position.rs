@@ -85,7 +85,7 @@ impl Position {
 
     /// A transaction id typed by a user (a CLI argument, a token): digits only.
     pub fn parse_tx(text: &str) -> Result<u64, crate::Error> {
-        text.parse().map_err(|_| crate::Error::Config(format!("{text:?} is not a transaction id")))
+        text.parse().map_err(|_| crate::Error::config(format!("{text:?} is not a transaction id")))
     }
 }
 

@@ -103,14 +103,13 @@ pub struct Blocker {
 /// refuses (deleting nothing more) as soon as a non-disabled shard has not processed them all.
 pub async fn prune(pool: &PgPool, o: &PruneOptions) -> Result<PruneReport> {
     if o.stream_types.as_ref().is_some_and(Vec::is_empty) {
-        return Err(Error::Refused(
+        return Err(Error::refused(
             "name the stream types to prune: --stream-type TYPE (repeatable), or --all-stream-types for every \
-             stream type; prune never deletes from every stream by default"
-                .into(),
+             stream type; prune never deletes from every stream by default",
         ));
     }
     if o.batch_size < 1 {
-        return Err(Error::Config(format!("--batch-size {} must be at least 1", o.batch_size)));
+        return Err(Error::config(format!("--batch-size {} must be at least 1", o.batch_size)));
     }
     let cutoff: DateTime<Utc> = sqlx::query_scalar("SELECT now() - make_interval(days => $1)")
         .bind(i32::try_from(o.older_than_days).unwrap_or(i32::MAX))
@@ -139,8 +138,9 @@ pub async fn prune(pool: &PgPool, o: &PruneOptions) -> Result<PruneReport> {
                     return Ok(report);
                 }
             }
-            Err(Error::Refused(msg)) if report.batches > 0 => {
-                return Err(Error::Refused(format!("{msg}\n  (before stopping, {report})")));
+            Err(Error::Refused(mut r)) if report.batches > 0 => {
+                r.problem.push_str(&format!("\n  (before stopping, {report})"));
+                return Err(Error::Refused(r));
             }
             Err(e) => return Err(e),
         }
@@ -162,11 +162,14 @@ pub async fn prune_batch(conn: &mut PgConnection, c: &Criteria, limit: i64, boun
     sqlx::query(sqlx::AssertSqlSafe(format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))).execute(&mut *conn).await?;
     sqlx::query("LOCK TABLE highwater.consumer_shards IN SHARE MODE").execute(&mut *conn).await.map_err(|e| {
         if e.as_database_error().and_then(|d| d.code()).is_some_and(|code| code == "55P03") {
-            Error::Refused(format!(
+            Error::refused(format!(
                 "could not lock highwater.consumer_shards within {LOCK_TIMEOUT}: a long transaction holds a write \
-                 on it (a SQL sink's batch, or an open session)\n  fix: try again; `SELECT pid, state, xact_start, \
-                 query FROM pg_stat_activity WHERE backend_xid IS NOT NULL` shows what is running"
+                 on it (a SQL sink's batch, or an open session)"
             ))
+            .with_fix(
+                "try again; `SELECT pid, state, xact_start, \
+                 query FROM pg_stat_activity WHERE backend_xid IS NOT NULL` shows what is running",
+            )
         } else {
             e.into()
         }
@@ -264,12 +267,11 @@ fn refusal(blockers: &[Blocker], upto: Position) -> Error {
             b.consumer, b.instance_id, b.cursor, b.cursor.id, b.status
         ));
     }
-    msg.push_str(
-        "\n  fix: let them catch up; or `highwater consumer skip NAME` (a shard stuck on a poison event), \
+    Error::refused(msg).with_fix(
+        "let them catch up; or `highwater consumer skip NAME` (a shard stuck on a poison event), \
          `highwater consumer disable NAME [--instance ID]` (accept that it never gets these events), \
          `highwater consumer gc --stale-after DURATION` (shards of instances that are gone)",
-    );
-    Error::Refused(msg)
+    )
 }
 
 fn type_counts(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<TypeCount>> {

@@ -56,7 +56,7 @@ impl FromStr for Status {
             "processing" => Status::Processing,
             "dead" => Status::Dead,
             "disabled" => Status::Disabled,
-            other => return Err(Error::Config(format!("unknown shard status {other:?}"))),
+            other => return Err(Error::Internal(format!("unknown shard status {other:?}"))),
         })
     }
 }
@@ -261,7 +261,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
         .bind(limit)
         .fetch_all(conn)
         .await?;
-    let first = rows.first().ok_or_else(|| Error::Config("fence query returned no row".into()))?;
+    let first = rows.first().ok_or_else(|| Error::Internal("the fence query returned no row".into()))?;
     let next_xid = first.try_get::<Xid8, _>("next_xid")?.0;
     let head = match first.try_get::<Option<Xid8>, _>("head_tx")? {
         Some(tx) => Some(Position::from((tx, first.try_get("head_id")?))),
@@ -418,12 +418,13 @@ pub async fn refuse_cursors_ahead(pool: &PgPool, group: &str, instance: &str) ->
 /// in a pass: `(consumer, instance, cursor transaction)` of each.
 pub fn cursors_ahead<'a>(shards: impl IntoIterator<Item = (&'a str, &'a str, u64)>, next_xid: u64) -> Error {
     let list: Vec<String> = shards.into_iter().map(|(c, i, tx)| format!("{c}/{i} (cursor transaction {tx})")).collect();
-    Error::Refused(format!(
+    Error::refused(format!(
         "refusing to deliver: cursors are ahead of the database's next transaction id ({next_xid}): {}.\n  \
          The database was probably restored from a logical dump, which restarts transaction ids; \
-         delivering now would skip events.\n  fix: see \"Restore from a logical dump\" in docs/delivery.md",
+         delivering now would skip events.",
         list.join(", ")
     ))
+    .with_fix("see \"Restore from a logical dump\" in docs/delivery.md")
 }
 
 /// Records why a consumer cannot run here (a sink that cannot be built, say) where `consumer

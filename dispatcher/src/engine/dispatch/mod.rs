@@ -332,7 +332,7 @@ fn shard_instance<'a>(cfg: &'a DispatchConfig, d: &definitions::Definition) -> &
 }
 
 async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::ShardCtx> {
-    let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::Config(format!("backoff {s:?}: {e}")));
+    let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::config(format!("backoff {s:?}: {e}")));
     let sink = match &d.spec.sink.sse {
         Some(s) => {
             // A whole batch is handed over at once: a smaller buffer would drop every client.

@@ -62,5 +62,5 @@ pub fn build(spec: &ConsumerSpec, webhook_targets: &Arc<TargetPolicy>) -> Result
     if let Some(s) = &spec.sink.webhook {
         return Ok(Arc::new(WebhookSink::new(s, webhook_targets)?));
     }
-    Err(Error::Refused("the consumer declares no sink".into()))
+    Err(Error::refused("the consumer declares no sink"))
 }

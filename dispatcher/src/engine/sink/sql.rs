@@ -19,7 +19,7 @@ impl SqlSink {
         let timeout_ms = match &spec.timeout {
             Some(t) => Some(
                 humantime::parse_duration(t)
-                    .map_err(|e| Error::Config(format!("sink.sql.timeout {t:?}: {e}")))?
+                    .map_err(|e| Error::config(format!("sink.sql.timeout {t:?}: {e}")))?
                     .as_millis() as u64,
             ),
             None => Some(Duration::from_secs(30).as_millis() as u64),

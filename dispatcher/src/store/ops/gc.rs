@@ -59,18 +59,19 @@ const AGE: &str = "now() - coalesce(s.heartbeat_at, s.updated_at)";
 /// that lands first keeps its shard.
 pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
     if o.stale_after < MIN_STALE_AFTER {
-        return Err(Error::Refused(format!(
+        return Err(Error::refused(format!(
             "--stale-after {} is too short: running dispatchers refresh their heartbeat every 10 s, so a live \
-             instance's shard could be deleted (it would then start again from startFrom)\n  fix: use at least {}",
-            humantime::format_duration(o.stale_after),
-            humantime::format_duration(MIN_STALE_AFTER)
-        )));
+             instance's shard could be deleted (it would then start again from startFrom)",
+            humantime::format_duration(o.stale_after)
+        ))
+        .with_fix(format!("use at least {}", humantime::format_duration(MIN_STALE_AFTER))));
     }
     if o.instance.as_deref() == Some(SHARED_INSTANCE) {
-        return Err(Error::Refused(format!(
+        return Err(Error::refused(format!(
             "gc never deletes {SHARED_INSTANCE} shards: they are the cursor of Shared consumers, not of an \
-             instance\n  fix: `highwater consumer delete NAME` removes a consumer with its cursor"
-        )));
+             instance"
+        ))
+        .with_fix("`highwater consumer delete NAME` removes a consumer with its cursor"));
     }
     let mut tx = pool.begin().await?;
     if let Some(c) = &o.consumer {
@@ -79,9 +80,9 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
             .fetch_one(&mut *tx)
             .await?;
         if !exists {
-            return Err(Error::Refused(format!(
-                "no consumer named {c:?}\n  fix: `highwater consumer list` shows them"
-            )));
+            return Err(
+                Error::refused(format!("no consumer named {c:?}")).with_fix("`highwater consumer list` shows them")
+            );
         }
     }
     let secs = o.stale_after.as_secs_f64();
@@ -149,10 +150,11 @@ async fn instance_not_stale(conn: &mut sqlx::PgConnection, o: &GcOptions, instan
     .fetch_all(conn)
     .await?;
     if rows.is_empty() {
-        return Ok(Error::Refused(format!(
-            "no shard of instance {instance:?}{}\n  fix: `highwater consumer list` shows the shards",
+        return Ok(Error::refused(format!(
+            "no shard of instance {instance:?}{}",
             o.consumer.as_deref().map(|c| format!(" for consumer {c}")).unwrap_or_default()
-        )));
+        ))
+        .with_fix("`highwater consumer list` shows the shards"));
     }
     let mut msg = format!("not deleting the shards of instance {instance}:");
     for (consumer, age, pod_uid) in rows {
@@ -170,5 +172,5 @@ async fn instance_not_stale(conn: &mut sqlx::PgConnection, o: &GcOptions, instan
             ));
         }
     }
-    Ok(Error::Refused(msg))
+    Ok(Error::refused(msg))
 }

@@ -30,12 +30,12 @@ impl FromStr for RewindTo {
         }
         if let Ok(id) = s.parse::<i64>() {
             if id < 1 {
-                return Err(Error::Config(format!("--to {s}: event ids start at 1")));
+                return Err(Error::config(format!("--to {s}: event ids start at 1")));
             }
             return Ok(RewindTo::Event(id));
         }
         DateTime::parse_from_rfc3339(s).map(|t| RewindTo::Time(t.with_timezone(&Utc))).map_err(|_| {
-            Error::Config(format!(
+            Error::config(format!(
                 "--to {s:?} is not earliest, latest, an event id or an RFC 3339 time (e.g. 2026-01-31T12:00:00Z)"
             ))
         })
@@ -74,17 +74,21 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
                     .fetch_optional(conn)
                     .await?;
             let Some((tx, below)) = row else {
-                return Err(Error::Refused(format!(
+                return Err(Error::refused(format!(
                     "no event with id {id} (never appended, deleted by `highwater events prune`, or its \
-                     transaction has not committed)\n  fix: pick an existing event, or rewind --to TIME"
-                )));
+                     transaction has not committed)"
+                ))
+                .with_fix("pick an existing event, or rewind --to TIME"));
             };
             if !below {
-                return Err(Error::Refused(format!(
+                return Err(Error::refused(format!(
                     "event {id} is not below the fence yet: a transaction older than it is still running, and a \
-                     cursor placed there could skip that transaction's events\n  fix: try again when it has \
-                     ended (see \"What holds the fence back\" in docs/delivery.md)"
-                )));
+                     cursor placed there could skip that transaction's events"
+                ))
+                .with_fix(
+                    "try again when it has \
+                     ended (see \"What holds the fence back\" in docs/delivery.md)",
+                ));
             }
             // Just before the event: ids increase within a transaction, so (tx, id - 1) is after
             // every earlier position and before this event.

@@ -43,17 +43,17 @@ pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&
             .fetch_optional(&mut *conn)
             .await?;
     let Some((delivery, group, suspended)) = row else {
-        return Err(Error::Refused(format!(
-            "no consumer named {consumer:?}\n  fix: `highwater consumer list` shows them"
-        )));
+        return Err(
+            Error::refused(format!("no consumer named {consumer:?}")).with_fix("`highwater consumer list` shows them")
+        );
     };
     let shared = delivery == Delivery::Shared;
     if shared && instance.is_some_and(|i| i != SHARED_INSTANCE) {
-        return Err(Error::Refused(format!(
-            "consumer {consumer} is Shared: its one shard is {SHARED_INSTANCE}, there is no instance {:?}\n  \
-             fix: drop --instance",
+        return Err(Error::refused(format!(
+            "consumer {consumer} is Shared: its one shard is {SHARED_INSTANCE}, there is no instance {:?}",
             instance.unwrap_or_default()
-        )));
+        ))
+        .with_fix("drop --instance"));
     }
     let instance = if shared { Some(SHARED_INSTANCE.to_owned()) } else { instance.map(str::to_owned) };
     let scope = Scope { consumer: consumer.to_owned(), shared, group, suspended, instance };
@@ -66,23 +66,19 @@ pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&
 /// The refusal for a scope without shards.
 pub fn no_shard(scope: &Scope) -> Error {
     let c = &scope.consumer;
-    Error::Refused(match (&scope.instance, scope.shared) {
-        (Some(i), true) => format!(
-            "consumer {c} has no {i} shard yet\n  fix: `highwater consumer apply` its definition again (it creates \
-             the shard), or start a dispatcher of group {}",
+    match (&scope.instance, scope.shared) {
+        (Some(i), true) => Error::refused(format!("consumer {c} has no {i} shard yet")).with_fix(format!(
+            "`highwater consumer apply` its definition again (it creates the shard), or start a dispatcher of group {}",
             scope.group
-        ),
-        (Some(i), false) => {
-            format!(
-                "consumer {c} has no shard for instance {i:?}\n  fix: `highwater consumer status {c}` lists its shards"
-            )
-        }
-        (None, _) => format!(
+        )),
+        (Some(i), false) => Error::refused(format!("consumer {c} has no shard for instance {i:?}"))
+            .with_fix(format!("`highwater consumer status {c}` lists its shards")),
+        (None, _) => Error::refused(format!(
             "consumer {c} has no shards yet: no dispatcher of its group ({}) has started, so there is \
              nothing to change",
             scope.group
-        ),
-    })
+        )),
+    }
 }
 
 /// The shards in scope, in instance order.
@@ -125,5 +121,5 @@ pub fn not_applicable(
     for s in states {
         msg.push_str(&format!("\n  shard {}: {}", s.instance_id, why_not(scope, s)));
     }
-    Error::Refused(msg)
+    Error::refused(msg)
 }

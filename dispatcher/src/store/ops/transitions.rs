@@ -279,11 +279,11 @@ pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Re
     };
     let suspended = |sc: &Scope| {
         if sc.suspended {
-            return Err(Error::Refused(format!(
-                "cannot enable consumer {c}: its definition says suspend: true\n  fix: set suspend: false and \
-                 `highwater consumer apply` it (that enables every shard)",
-                c = sc.consumer
-            )));
+            return Err(Error::refused(format!(
+                "cannot enable consumer {}: its definition says suspend: true",
+                sc.consumer
+            ))
+            .with_fix("set suspend: false and `highwater consumer apply` it (that enables every shard)"));
         }
         Ok(())
     };

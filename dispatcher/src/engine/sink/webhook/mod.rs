@@ -50,32 +50,32 @@ struct Checked {
 
 fn checked(spec: &WebhookSinkSpec) -> Result<Checked> {
     let url = Url::parse(&spec.url)
-        .map_err(|e| Error::Config(format!("sink.webhook.url: {:?} is not a URL ({e})", spec.url)))?;
+        .map_err(|e| Error::config(format!("sink.webhook.url: {:?} is not a URL ({e})", spec.url)))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(Error::Config(format!("sink.webhook.url: {:?} is not an http:// or https:// URL", spec.url)));
+        return Err(Error::config(format!("sink.webhook.url: {:?} is not an http:// or https:// URL", spec.url)));
     }
     let timeout = match &spec.timeout {
         None => DEFAULT_TIMEOUT,
         Some(t) => humantime::parse_duration(t)
-            .map_err(|e| Error::Config(format!("sink.webhook.timeout: {t:?} is not a duration ({e})")))?,
+            .map_err(|e| Error::config(format!("sink.webhook.timeout: {t:?} is not a duration ({e})")))?,
     };
     if timeout.is_zero() {
-        return Err(Error::Config("sink.webhook.timeout: must be above zero".into()));
+        return Err(Error::config("sink.webhook.timeout: must be above zero"));
     }
     let mut headers = HeaderMap::new();
     headers.insert(USER_AGENT, HeaderValue::from_static(concat!("highwater/", env!("CARGO_PKG_VERSION"))));
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     for (name, value) in &spec.headers {
         let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| Error::Config(format!("sink.webhook.headers: {name:?} is not a valid header name")))?;
+            .map_err(|_| Error::config(format!("sink.webhook.headers: {name:?} is not a valid header name")))?;
         if highwater_crds::RESERVED_WEBHOOK_HEADERS.contains(&header.as_str()) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "sink.webhook.headers: {name:?} is set by the webhook sink itself; remove it"
             )));
         }
         // The value is not quoted: headers often carry tokens.
         let mut value = HeaderValue::from_str(value).map_err(|_| {
-            Error::Config(format!("sink.webhook.headers: the value of {name:?} is not a valid header value"))
+            Error::config(format!("sink.webhook.headers: the value of {name:?} is not a valid header value"))
         })?;
         value.set_sensitive(true);
         headers.insert(header, value);
@@ -95,12 +95,12 @@ impl WebhookSink {
             .redirect(redirect::Policy::none());
         if !policy.is_open() {
             let host = url.host_str().unwrap_or_default();
-            policy.check_url_host(host).map_err(|e| Error::Config(format!("sink.webhook.url: {e}")))?;
+            policy.check_url_host(host).map_err(|e| Error::config(format!("sink.webhook.url: {e}")))?;
             // A proxy would resolve the name itself, out of the policy's sight.
             client = client.dns_resolver(Arc::new(targets::GuardedResolver(policy.clone()))).no_proxy();
         }
         let client =
-            client.build().map_err(|e| Error::Config(format!("sink.webhook: cannot build the HTTP client: {e}")))?;
+            client.build().map_err(|e| Error::config(format!("sink.webhook: cannot build the HTTP client: {e}")))?;
         Ok(WebhookSink { client, url, batch: spec.batch, timeout, key })
     }
 

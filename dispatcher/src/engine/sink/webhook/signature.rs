@@ -18,16 +18,14 @@ impl SigningKey {
         let (origin, raw) = match (&secret.env, &secret.file) {
             (Some(var), None) => {
                 let origin = format!("environment variable {var}");
-                let value = std::env::var(var).map_err(|e| {
-                    Error::Config(match e {
-                        std::env::VarError::NotPresent => format!(
-                            "sink.webhook.secret: {origin} is not set in the dispatcher's environment\n  fix: \
-                             set it, or point secret.file at a file holding the secret"
-                        ),
-                        std::env::VarError::NotUnicode(_) => {
-                            format!("sink.webhook.secret: {origin} is not valid UTF-8")
-                        }
-                    })
+                let value = std::env::var(var).map_err(|e| match e {
+                    std::env::VarError::NotPresent => Error::config(format!(
+                        "sink.webhook.secret: {origin} is not set in the dispatcher's environment"
+                    ))
+                    .with_fix("set it, or point secret.file at a file holding the secret"),
+                    std::env::VarError::NotUnicode(_) => {
+                        Error::config(format!("sink.webhook.secret: {origin} is not valid UTF-8"))
+                    }
                 })?;
                 (origin, value.into_bytes())
             }
@@ -36,7 +34,7 @@ impl SigningKey {
                     .map_err(Error::io(format!("sink.webhook.secret: reading the secret file {path}")))?;
                 (format!("file {path}"), value)
             }
-            _ => return Err(Error::Config("sink.webhook.secret: set exactly one of env, file".into())),
+            _ => return Err(Error::config("sink.webhook.secret: set exactly one of env, file")),
         };
         SigningKey::from_secret(&raw, &origin)
     }
@@ -49,16 +47,19 @@ impl SigningKey {
         let key = match secret.strip_prefix(b"whsec_") {
             // The decode error is not shown: it quotes the offending byte of the secret.
             Some(b64) => STANDARD.decode(b64).map_err(|_| {
-                Error::Config(format!(
+                Error::config(format!(
                     "sink.webhook.secret: the secret in {origin} starts with whsec_ but the rest is not valid \
-                     base64\n  fix: use the whsec_ secret exactly as issued, or a secret without the whsec_ prefix \
-                     (its bytes are then the key)"
+                     base64"
                 ))
+                .with_fix(
+                    "use the whsec_ secret exactly as issued, or a secret without the whsec_ prefix \
+                     (its bytes are then the key)",
+                )
             })?,
             None => secret.to_vec(),
         };
         if key.is_empty() {
-            return Err(Error::Config(format!("sink.webhook.secret: the secret in {origin} is empty")));
+            return Err(Error::config(format!("sink.webhook.secret: the secret in {origin} is empty")));
         }
         Ok(SigningKey(key))
     }

@@ -64,10 +64,10 @@ impl FromStr for Allowed {
     fn from_str(s: &str) -> Result<Self> {
         let entry = s.trim().trim_end_matches('.').to_ascii_lowercase();
         let refuse = |why: &str| {
-            Error::Config(format!(
-                "--webhook-allow {s:?}: {why}\n  fix: give a host name (hooks.example.com), a wildcard \
-                 (*.example.com), an address (203.0.113.7) or a network (10.0.0.0/8)"
-            ))
+            Error::config(format!("--webhook-allow {s:?}: {why}")).with_fix(
+                "give a host name (hooks.example.com), a wildcard \
+                 (*.example.com), an address (203.0.113.7) or a network (10.0.0.0/8)",
+            )
         };
         if let Ok(net) = entry.parse::<IpNet>() {
             return Ok(Allowed::Net(net.trunc()));
