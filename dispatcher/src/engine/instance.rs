@@ -17,8 +17,7 @@ pub fn validate(id: &str) -> Result<()> {
             "instance id {SHARED_INSTANCE:?} is reserved for the cursor of shared consumers"
         ))
         .with_fix(
-            "\
-             pass another --instance-id / HIGHWATER_INSTANCE_ID (the pod name on Kubernetes), or \
+            "pass another --instance-id / HIGHWATER_INSTANCE_ID (the pod name on Kubernetes), or \
              leave both unset for a random one",
         ));
     }
