@@ -47,7 +47,7 @@ async fn sigkill_mid_batch_loses_nothing_and_sql_applies_once() {
         procs.push(Dispatcher::start(&db.url, &format!("k-{generation}"), logs.path()));
     }
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(120), "both consumers to catch up", || {
+    eventually("both consumers to catch up", Duration::from_secs(120), || {
         let pool = pool.clone();
         async move {
             let applied = scalar_i64(&pool, "SELECT count(*) FROM applied").await;

@@ -76,7 +76,7 @@ async fn shard(pool: &PgPool, consumer: &str, instance: &str) -> Row {
 
 async fn wait_status(pool: &PgPool, consumer: &str, status: &str) {
     let (pool, consumer, status) = (pool.clone(), consumer.to_owned(), status.to_owned());
-    wait_for(Duration::from_secs(30), &format!("{consumer} to be {status}"), || {
+    eventually(&format!("{consumer} to be {status}"), Duration::from_secs(30), || {
         let (pool, consumer, status) = (pool.clone(), consumer.clone(), status.clone());
         async move { shard(&pool, &consumer, "__shared__").await.status == status }
     })

@@ -13,6 +13,7 @@ use highwater::{
     event_types,
 };
 use highwater_e2e::ControlPlane;
+pub use highwater_e2e::eventually;
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -125,19 +126,6 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Polls until `f` is true (the harness's `wait_for`), panicking with `what` on timeout.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let check = || {
-        let fut = f();
-        async move { Ok::<_, std::convert::Infallible>(fut.await.then_some(())) }
-    };
-    highwater_e2e::wait_for(what, timeout, check).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
 pub async fn apply(w: &World, yaml: &str) -> std::process::Output {
