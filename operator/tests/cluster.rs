@@ -136,12 +136,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     let names: Vec<String> =
         sqlx::query_scalar("SELECT name FROM highwater.consumers ORDER BY name").fetch_all(&w.pool).await.unwrap();
     assert_eq!(names, vec!["live".to_owned()], "orders deleted, live retained");
-    let statuses: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT status FROM highwater.consumer_shards WHERE consumer = 'live'")
-            .fetch_all(&w.pool)
-            .await
-            .unwrap();
-    assert_eq!(statuses, vec!["disabled".to_owned()]);
+    assert_eq!(shard_statuses(&w.pool, "live").await, ["disabled"]);
     assert!(op.metric("highwater_operator_shards_removed_total").await.unwrap_or(0.0) >= 1.0);
     drop(op);
 }

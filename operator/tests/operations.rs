@@ -109,12 +109,7 @@ spec:
         .unwrap();
     eventually("Suspended", Duration::from_secs(30), || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
         .await;
-    let statuses: Vec<String> =
-        sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = 'poisoned'")
-            .fetch_all(&w.pool)
-            .await
-            .unwrap();
-    assert_eq!(statuses, vec!["disabled".to_owned()]);
+    assert_eq!(shard_statuses(&w.pool, "poisoned").await, ["disabled"]);
     stop.cancel();
     d.await.unwrap().unwrap();
 }

@@ -149,6 +149,15 @@ pub async fn shards(pool: &PgPool, consumer: &str) -> Vec<(String, Option<String
     .unwrap()
 }
 
+/// The distinct statuses of the consumer's shards, sorted.
+pub async fn shard_statuses(pool: &PgPool, consumer: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT DISTINCT status FROM highwater.consumer_shards WHERE consumer = $1 ORDER BY 1")
+        .bind(consumer)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
 pub async fn uid(w: &World, ns: &str, pod: &str) -> String {
     w.cp.kubectl_ok(["get", "pod", pod, "-n", ns, "-o", "jsonpath={.metadata.uid}"]).await.unwrap()
 }
