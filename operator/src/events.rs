@@ -1,6 +1,7 @@
 //! Kubernetes Events on transitions: shard dead, restarted, skipped, pod shards removed. One
 //! [`Recorder`] (in the [`Context`]) publishes them all, so repeated events are aggregated.
 use highwater_crds::{EventConsumer, Problem};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Resource,
     runtime::events::{Event, EventType},
@@ -46,20 +47,27 @@ impl Reason {
 
 /// Publishes an event on `ec`; a failure to publish is logged, never fatal.
 pub async fn on(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String) {
+    publish(ctx, ec, reason, note, None).await;
+}
+
+/// The recorder aggregates events with the same reason on the same objects: `related` (a pod)
+/// keeps the events about different objects apart.
+async fn publish(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String, related: Option<ObjectReference>) {
     let ev = Event {
         type_: reason.event_type(),
         reason: reason.as_str().to_owned(),
         note: Some(note.chars().take(1000).collect()),
         action: reason.as_str().to_owned(),
-        secondary: None,
+        secondary: related,
     };
     if let Err(e) = ctx.recorder.publish(&ev, &ec.object_ref(&())).await {
         tracing::warn!(error = %e, reason = reason.as_str(), "publishing a Kubernetes event failed");
     }
 }
 
-/// The resource that declares `consumer` in `namespace`, for pod-shard removals.
-pub async fn pod_shards_removed(ctx: &Context, namespace: &str, consumer: &str, pod: &str) {
+/// On the resource that declares `consumer` in `namespace`, about the pod `pod` (uid `uid`)
+/// whose shards were removed.
+pub async fn pod_shards_removed(ctx: &Context, namespace: &str, consumer: &str, pod: &str, uid: &str) {
     let api: kube::Api<EventConsumer> = kube::Api::namespaced(ctx.client.clone(), namespace);
     let found = api
         .list(&Default::default())
@@ -67,6 +75,15 @@ pub async fn pod_shards_removed(ctx: &Context, namespace: &str, consumer: &str, 
         .ok()
         .and_then(|l| l.items.into_iter().find(|ec| ec.consumer_name() == consumer));
     if let Some(ec) = found {
-        on(ctx, &ec, Reason::PodShardsRemoved, format!("pod {pod} is gone: its shard was deleted")).await;
+        let related = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            uid: Some(uid.to_owned()),
+            ..Default::default()
+        };
+        let note = format!("pod {pod} is gone: its shard was deleted");
+        publish(ctx, &ec, Reason::PodShardsRemoved, note, Some(related)).await;
     }
 }

@@ -111,14 +111,14 @@ pub async fn sync(ctx: &Context, deletions: &HashMap<String, chrono::DateTime<Ut
         // Only shards the operator manages (with a pod uid) whose pod is gone.
         let live: Vec<(String, String)> = pods.into_iter().collect();
         let removed = kubernetes::delete_pod_shards_except(&ctx.pool, &c.name, &live).await?;
-        for (pod, _) in removed {
+        for (pod, uid) in removed {
             ctx.metrics.shards_removed.inc();
             if let Some(at) = deletions.get(&pod) {
                 let secs = (Utc::now() - *at).num_milliseconds().max(0) as f64 / 1000.0;
                 ctx.metrics.pod_shard_removal.observe(secs);
             }
             tracing::info!(consumer = %c.name, pod = %pod, "pod gone: removed its shard");
-            crate::events::pod_shards_removed(ctx, &c.namespace, &c.name, &pod).await;
+            crate::events::pod_shards_removed(ctx, &c.namespace, &c.name, &pod, &uid).await;
         }
     }
     Ok(())
