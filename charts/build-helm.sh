@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned helm (v3) from its Go module, once, into the e2e tool cache, and prints its
-# path on stdout. The chart tests (e2e/tests/chart_static.rs) run it when no helm is found.
+# path on stdout. The chart tests (e2e/tests/chart_static/) run it when no helm is found.
 #
 #   charts/build-helm.sh     build helm unless the pinned version is already there
 #

@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use kube::{CustomResource, KubeSchema};
+use kube::{CustomResource, KubeSchema, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,13 @@ pub struct ConsumerSpec {
     /// keeps them, disabled. Only the operator reads it.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+}
+
+impl EventConsumer {
+    /// The consumer's name in the database: `spec.consumerName`, else the resource name.
+    pub fn consumer_name(&self) -> String {
+        self.spec.consumer_name.clone().unwrap_or_else(|| self.name_any())
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]

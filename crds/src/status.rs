@@ -9,9 +9,10 @@ pub struct EventConsumerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`, `Degraded` (a shard is dead or failing), `Suspended`, `Conflict` (another
-    /// resource claims the consumer name) or `Pending` (no shard yet).
+    /// resource claims the consumer name), `InvalidSpec` (the spec was refused) or `Pending` (no
+    /// shard yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<ConsumerState>,
     /// The consumer's name in the database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_name: Option<String>,
@@ -63,4 +64,70 @@ pub struct Condition {
     pub last_transition_time: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The one-word state of an `EventConsumer` (`status.state`, the `Status` column).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsumerState {
+    Ready,
+    Degraded,
+    Suspended,
+    Conflict,
+    InvalidSpec,
+    Pending,
+}
+
+impl ConsumerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsumerState::Ready => "Ready",
+            ConsumerState::Degraded => "Degraded",
+            ConsumerState::Suspended => "Suspended",
+            ConsumerState::Conflict => "Conflict",
+            ConsumerState::InvalidSpec => "InvalidSpec",
+            ConsumerState::Pending => "Pending",
+        }
+    }
+}
+
+/// Why a spec could not be applied; it is also the state, the `Ready` condition's reason and the
+/// Warning event's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The spec fails validation or the store refused it (unknown event types…).
+    InvalidSpec,
+    /// Another declaration owns the consumer name.
+    Conflict,
+}
+
+impl Problem {
+    pub fn as_str(self) -> &'static str {
+        self.state().as_str()
+    }
+
+    pub fn state(self) -> ConsumerState {
+        match self {
+            Problem::InvalidSpec => ConsumerState::InvalidSpec,
+            Problem::Conflict => ConsumerState::Conflict,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_serialize_as_their_names() {
+        for s in [
+            ConsumerState::Ready,
+            ConsumerState::Degraded,
+            ConsumerState::Suspended,
+            ConsumerState::Conflict,
+            ConsumerState::InvalidSpec,
+            ConsumerState::Pending,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
 }

@@ -47,7 +47,7 @@ async fn sigkill_mid_batch_loses_nothing_and_sql_applies_once() {
         procs.push(Dispatcher::start(&db.url, &format!("k-{generation}"), logs.path()));
     }
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(120), "both consumers to catch up", || {
+    eventually("both consumers to catch up", Duration::from_secs(120), || {
         let pool = pool.clone();
         async move {
             let applied = scalar_i64(&pool, "SELECT count(*) FROM applied").await;
@@ -155,7 +155,7 @@ async fn sigkill_between_log_write_and_cursor_update_redelivers_within_the_bound
 
         let d = Dispatcher::start(&db.url, &format!("r{kill}"), logs.path());
         let (pool, path) = (db.pool.clone(), sink.clone());
-        wait_for(Duration::from_secs(60), "the batch in the log and the cursor update waiting", || {
+        eventually("the batch in the log and the cursor update waiting", Duration::from_secs(60), || {
             let (pool, path) = (pool.clone(), path.clone());
             async move {
                 log_lines(&path).len() >= (kill + 1) * BATCH && !blocked_cursor_updates(&pool, me).await.is_empty()
@@ -179,7 +179,7 @@ async fn sigkill_between_log_write_and_cursor_update_redelivers_within_the_bound
     // A last process delivers everything.
     let _d = Dispatcher::start(&db.url, "r-last", logs.path());
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(60), "the consumer to catch up", || {
+    eventually("the consumer to catch up", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             highwater::ops::status(&pool, Some("redelivered")).await.unwrap().iter().all(|s| s.lag_events == 0)

@@ -118,7 +118,7 @@ async fn three_processes_deliver_every_committed_event() {
     let total = committed.len() as i64;
 
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(90), "every consumer to catch up", || {
+    eventually("every consumer to catch up", Duration::from_secs(90), || {
         let pool = pool.clone();
         async move {
             let shared = scalar_i64(&pool, "SELECT count(*) FROM shared_seen").await;

@@ -133,7 +133,7 @@ async fn the_groups_dispatchers_report_a_per_instance_shard_whose_instance_stopp
     .await
     .unwrap();
     let port = d.http_port;
-    wait_for(Duration::from_secs(10), "m0 to report gone's shard", || async move {
+    eventually("m0 to report gone's shard", Duration::from_secs(10), || async move {
         let s = scrape(port).await;
         value(&s, "highwater_stale_shard_heartbeat_age_seconds", &stale("gone")).is_some_and(|age| age >= 300.0)
     })
@@ -142,7 +142,7 @@ async fn the_groups_dispatchers_report_a_per_instance_shard_whose_instance_stopp
     assert_eq!(value(&s, "highwater_stale_shard_heartbeat_age_seconds", &stale("m0")), None, "m0 itself beats");
     // Once the shard is deleted (what the operator or `consumer gc` does), its series goes.
     sqlx::query("DELETE FROM highwater.consumer_shards WHERE instance_id = 'gone'").execute(&db.pool).await.unwrap();
-    wait_for(Duration::from_secs(10), "the series to go with the shard", || async move {
+    eventually("the series to go with the shard", Duration::from_secs(10), || async move {
         value(&scrape(port).await, "highwater_stale_shard_heartbeat_age_seconds", &stale("gone")).is_none()
     })
     .await;
@@ -253,7 +253,7 @@ async fn sse_tenant_filter_and_stalled_clients() {
         last = *append_n(&db.pool, 300, "Tick", json!({"pad": big})).await.last().unwrap();
     }
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(60), "delivery to reach the last event despite the stalled client", || {
+    eventually("delivery to reach the last event despite the stalled client", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             let c: i64 = sqlx::query_scalar("SELECT cursor_id FROM highwater.consumer_shards WHERE consumer = 'live'")

@@ -45,7 +45,7 @@ async fn logs_of(db: &TestDb, dir: &Path, name: &str, args: &[&str], env: &[(&st
     let file = dir.join(name);
     let mut child = dispatcher(&db.url, &file, args, env);
     let f = file.clone();
-    wait_for(Duration::from_secs(60), "a start and a failed delivery in the log", || {
+    eventually("a start and a failed delivery in the log", Duration::from_secs(60), || {
         let f = f.clone();
         async move {
             let text = std::fs::read_to_string(&f).unwrap_or_default();

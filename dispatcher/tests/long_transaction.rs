@@ -78,7 +78,7 @@ async fn an_open_transaction_holds_delivery_back_and_skips_nothing() {
     );
     let pool = db.pool.clone();
     let port = d.http_port;
-    wait_for(Duration::from_secs(10), "the fence age to fall back", || async move { fence_age(port).await < 5.0 })
+    eventually("the fence age to fall back", Duration::from_secs(10), || async move { fence_age(port).await < 5.0 })
         .await;
     drop(pool);
 }

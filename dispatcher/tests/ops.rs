@@ -38,13 +38,62 @@ async fn append_one(pool: &PgPool, payload: serde_json::Value) -> i64 {
     id
 }
 
-/// Three events in three transactions: fine, poison, fine.
-async fn append_three(pool: &PgPool) -> Vec<i64> {
-    let mut ids = Vec::new();
-    for poison in [false, true, false] {
-        ids.push(append_one(pool, json!({"poison": poison})).await);
+/// Three events: fine, poison, fine.
+const POISON_IN_THE_MIDDLE: [bool; 3] = [false, true, false];
+
+/// What a test starts from, set up in this order: the `Tick` type and the `seen` and `gate`
+/// tables (the gate broken), the consumers, the events (one transaction each), dispatcher `p0`.
+#[derive(Default)]
+struct Given {
+    consumers: Vec<String>,
+    poison: Vec<bool>,
+    dispatching: bool,
+}
+
+fn given() -> Given {
+    Given::default()
+}
+
+/// The database, the ids of the events appended, and the dispatcher while it lives.
+struct World {
+    db: TestDb,
+    ids: Vec<i64>,
+    _dispatcher: Option<(Dispatcher, tempfile::TempDir)>,
+}
+
+impl Given {
+    fn consumer(mut self, document: String) -> Self {
+        self.consumers.push(document);
+        self
     }
-    ids
+
+    /// One event per flag: poison or fine.
+    fn events(mut self, poison: &[bool]) -> Self {
+        self.poison.extend(poison);
+        self
+    }
+
+    fn dispatching(mut self) -> Self {
+        self.dispatching = true;
+        self
+    }
+
+    async fn start(self) -> World {
+        let db = setup(&["Tick"]).await;
+        tables(&db.pool).await;
+        for c in &self.consumers {
+            apply(&db.pool, c).await;
+        }
+        let mut ids = Vec::new();
+        for poison in self.poison {
+            ids.push(append_one(&db.pool, json!({"poison": poison})).await);
+        }
+        let dispatcher = self.dispatching.then(|| {
+            let logs = tempfile::tempdir().unwrap();
+            (Dispatcher::start(&db.url, "p0", logs.path()), logs)
+        });
+        World { db, ids, _dispatcher: dispatcher }
+    }
 }
 
 async fn position_of(pool: &PgPool, id: i64) -> Position {
@@ -76,7 +125,7 @@ async fn shard(pool: &PgPool, consumer: &str, instance: &str) -> Row {
 
 async fn wait_status(pool: &PgPool, consumer: &str, status: &str) {
     let (pool, consumer, status) = (pool.clone(), consumer.to_owned(), status.to_owned());
-    wait_for(Duration::from_secs(30), &format!("{consumer} to be {status}"), || {
+    eventually(&format!("{consumer} to be {status}"), Duration::from_secs(30), || {
         let (pool, consumer, status) = (pool.clone(), consumer.clone(), status.clone());
         async move { shard(&pool, &consumer, "__shared__").await.status == status }
     })
@@ -97,12 +146,8 @@ fn refused<T: std::fmt::Debug>(r: highwater::Result<T>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_retries_the_event_the_shard_died_on() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let ids = append_three(&db.pool).await;
-    let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).dispatching().start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     wait_status(&db.pool, "a", "dead").await;
     let dead = shard(&db.pool, "a", "__shared__").await;
     assert_eq!((dead.attempts, dead.failing), (2, Some(ids[1])));
@@ -131,12 +176,8 @@ async fn restart_retries_the_event_the_shard_died_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let ids = append_three(&db.pool).await;
-    let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).dispatching().start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     wait_status(&db.pool, "a", "dead").await;
 
     // Skipping names the event: a wrong one is refused with the actual id.
@@ -191,10 +232,8 @@ async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_keeps_a_disabled_shard_disabled() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let ids = append_three(&db.pool).await;
+    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     // No dispatcher: set the failure a pass would leave behind.
     let before = position_of(&db.pool, ids[0]).await;
     sqlx::query(
@@ -218,15 +257,8 @@ async fn skip_keeps_a_disabled_shard_disabled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_to_an_event_redelivers_from_that_event() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        ids.push(append_one(&db.pool, json!({"poison": false})).await);
-    }
-    let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let w = given().consumer(gated("a")).events(&[false; 5]).dispatching().start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(20)).await;
 
     let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Event(ids[2])).await.unwrap();
@@ -250,10 +282,8 @@ async fn rewind_to_an_event_redelivers_from_that_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_to_a_time_and_what_it_resets() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let ids = append_three(&db.pool).await;
+    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     // Created 3, 2 and 1 hours ago.
     sqlx::query("UPDATE highwater.events SET created_at = now() - (4 - (SELECT count(*) FROM highwater.events e2 WHERE e2.id <= events.id)) * interval '1 hour'")
         .execute(&db.pool)
@@ -302,11 +332,8 @@ async fn rewind_to_a_time_and_what_it_resets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disable_stops_delivery_and_enable_resumes_it() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let w = given().consumer(gated("a")).dispatching().start().await;
+    let db = &w.db;
     let first = append_one(&db.pool, json!({"poison": false})).await;
     wait_count(&db.pool, "SELECT count(*) FROM seen", 1, Duration::from_secs(20)).await;
 
@@ -329,15 +356,9 @@ async fn disable_stops_delivery_and_enable_resumes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_wins_over_a_pass_in_flight() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(
-        &db.pool,
-        &consumer("a", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen SELECT $2, 1 FROM pg_sleep(2)'}}"),
-    )
-    .await;
-    let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "p0", logs.path());
+    let slow = "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen SELECT $2, 1 FROM pg_sleep(2)'}}";
+    let w = given().consumer(consumer("a", slow)).dispatching().start().await;
+    let db = &w.db;
     wait_registered(&db.pool, "a", 1).await;
     let id = append_one(&db.pool, json!({})).await;
     wait_count(
@@ -368,12 +389,13 @@ async fn a_change_wins_over_a_pass_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_name_the_problem_and_the_fix() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
-    apply(&db.pool, &consumer("paused", "delivery: Shared\nsuspend: true\nsink: {sql: {statement: 'SELECT 1'}}")).await;
-    let p = &db.pool;
+    let w = given()
+        .consumer(gated("a"))
+        .consumer(consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}"))
+        .consumer(consumer("paused", "delivery: Shared\nsuspend: true\nsink: {sql: {statement: 'SELECT 1'}}"))
+        .start()
+        .await;
+    let p = &w.db.pool;
 
     for m in [
         refused(ops::restart(p, "nope", None).await),
@@ -430,8 +452,9 @@ async fn refusals_name_the_problem_and_the_fix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_instance_commands_apply_to_every_shard_they_fit() {
-    let db = setup(&["Tick"]).await;
-    apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    let w =
+        given().consumer(consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).start().await;
+    let db = &w.db;
     let mut conn = db.pool.acquire().await.unwrap();
     for i in ["pod-a", "pod-b", "pod-c"] {
         shards::register(&mut conn, "live", i, None).await.unwrap();
@@ -459,9 +482,8 @@ async fn per_instance_commands_apply_to_every_shard_they_fit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_notify_running_dispatchers() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
+    let w = given().consumer(gated("a")).start().await;
+    let db = &w.db;
     let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool).await.unwrap();
     listener.listen("highwater_control").await.unwrap();
     ops::disable(&db.pool, "a", None).await.unwrap();
@@ -474,9 +496,12 @@ async fn commands_notify_running_dispatchers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_deletes_only_stale_unmanaged_per_instance_shards() {
-    let db = setup(&["Tick"]).await;
-    apply(&db.pool, &consumer("s", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}")).await;
-    apply(&db.pool, &consumer("p", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}")).await;
+    let w = given()
+        .consumer(consumer("s", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}"))
+        .consumer(consumer("p", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}"))
+        .start()
+        .await;
+    let db = &w.db;
     let mut conn = db.pool.acquire().await.unwrap();
     shards::register(&mut conn, "p", "gone", None).await.unwrap();
     shards::register(&mut conn, "p", "alive", None).await.unwrap();
@@ -541,10 +566,8 @@ fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_prints_each_change_and_refuses_with_the_reason() {
-    let db = setup(&["Tick"]).await;
-    tables(&db.pool).await;
-    apply(&db.pool, &gated("a")).await;
-    let ids = append_three(&db.pool).await;
+    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
     let u = &db.url;
 
     let (code, out, _) = cli(u, &["consumer", "disable", "a"]);

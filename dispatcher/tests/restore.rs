@@ -94,7 +94,7 @@ async fn cursors_ahead_of_a_restored_cluster_are_refused_loudly() {
     assert!(out.status.success(), "rewind: {}", String::from_utf8_lossy(&out.stderr));
     let _d = Dispatcher::start(&new.url(), "fixed", logs.path());
     let pool2 = pool.clone();
-    wait_for(Duration::from_secs(30), "the event appended after the restore", || {
+    eventually("the event appended after the restore", Duration::from_secs(30), || {
         let pool = pool2.clone();
         async move {
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM applied WHERE event_id = $1")

@@ -95,7 +95,7 @@ async fn secrets_stay_out_of_logs_metrics_status_and_errors() {
         logs.path(),
         &[("HOOK_SECRET", hook_secret.as_str()), ("HIGHWATER_SSE_TOKENS", sse_token.as_str())],
     );
-    wait_for(Duration::from_secs(60), "three signed deliveries", || async {
+    eventually("three signed deliveries", Duration::from_secs(60), || async {
         hook.0.signatures.lock().unwrap().len() >= 3
     })
     .await;

@@ -89,7 +89,7 @@ impl Receiver {
     }
 
     async fn wait_requests(&self, name: &str, n: usize, timeout: Duration) -> Vec<Received> {
-        wait_for(timeout, &format!("{n} requests to /hook/{name}"), || async move { self.received(name).len() >= n })
+        eventually(&format!("{n} requests to /hook/{name}"), timeout, || async move { self.received(name).len() >= n })
             .await;
         self.received(name)
     }
@@ -173,7 +173,7 @@ async fn shard(pool: &PgPool, consumer: &str) -> ShardRow {
 
 async fn wait_shard(pool: &PgPool, consumer: &str, what: &str, f: impl Fn(&ShardRow) -> bool) -> ShardRow {
     let f = &f;
-    wait_for(Duration::from_secs(60), what, || async move { f(&shard(pool, consumer).await) }).await;
+    eventually(what, Duration::from_secs(60), || async move { f(&shard(pool, consumer).await) }).await;
     shard(pool, consumer).await
 }
 
@@ -264,7 +264,7 @@ async fn delivers_each_event_signed_with_standard_webhook_headers() {
 
     // A missing secret stops that consumer only, and the error names the variable.
     let log_path = &logs.path().join("p0.log");
-    wait_for(Duration::from_secs(10), "the unset secret to be reported", || async move {
+    eventually("the unset secret to be reported", Duration::from_secs(10), || async move {
         std::fs::read_to_string(log_path).unwrap().contains("environment variable HOOK_SECRET_UNSET is not set")
     })
     .await;

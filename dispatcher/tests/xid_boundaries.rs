@@ -127,7 +127,7 @@ async fn delivery_survives_kills(boundary: u64) {
     }
     let total = ids.len() as i64;
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(90), "both consumers to catch up", || {
+    eventually("both consumers to catch up", Duration::from_secs(90), || {
         let pool = pool.clone();
         async move {
             let lag: i64 = ops::status(&pool, None).await.unwrap().iter().map(|s| s.lag_events).sum();
@@ -249,7 +249,7 @@ async fn skip_moves_past_exactly_the_poison_event(boundary: u64) {
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start(&db.url, "d", logs.path());
     let pool = db.pool.clone();
-    wait_for(Duration::from_secs(30), "the shard to go dead", || {
+    eventually("the shard to go dead", Duration::from_secs(30), || {
         let pool = pool.clone();
         async move { shards::load_all(&pool, Some("p")).await.unwrap()[0].status == shards::Status::Dead }
     })

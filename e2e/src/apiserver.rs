@@ -12,6 +12,16 @@ pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
 pub const SERVICE_IP: &str = "10.0.0.1";
 /// The issuer (`iss`) of service-account tokens, as kubeadm sets it.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// Names the serving certificate must answer to: loopback, and what in-cluster clients use.
+pub const SERVING_NAMES: [&str; 7] = [
+    "127.0.0.1",
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+    SERVICE_IP,
+];
 
 pub struct ApiServer {
     process: Process,

@@ -15,7 +15,7 @@ use highwater::embedded::free_port;
 use tempfile::TempDir;
 
 use crate::{
-    apiserver::ApiServer,
+    apiserver::{self, ApiServer},
     binaries::{self, Binaries},
     controller_manager::{self, ControllerManager},
     etcd::Etcd,
@@ -90,7 +90,7 @@ impl ControlPlaneBuilder {
         let logs = root.join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let kubectl = binaries.path(binaries::KUBECTL);
-        let pki = Pki::generate(&root.join("pki"))?;
+        let pki = Pki::generate(&root.join("pki"), &apiserver::SERVING_NAMES)?;
         let etcd = Etcd::start(&binaries.path(binaries::ETCD), &root.join("etcd"), &logs.join("etcd.log")).await?;
         let (apiserver, admin) = retry_on_port_clash(|| async {
             let mut apiserver = ApiServer::start(

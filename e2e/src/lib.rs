@@ -48,7 +48,7 @@ pub use binaries::Binaries;
 pub use control_plane::{ControlPlane, ControlPlaneBuilder};
 pub use pod_runner::PodRunner;
 pub use user::User;
-pub use wait::wait_for;
+pub use wait::{eventually, wait_for};
 
 /// `$HIGHWATER_E2E_CACHE`, else `~/.cache/highwater-e2e`: where the control plane, helm, the
 /// benchmark peers and Go modules are built and kept between runs.

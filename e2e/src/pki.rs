@@ -11,17 +11,6 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
 
-/// Names the serving certificate answers to: loopback, and what in-cluster clients use.
-const SERVING_NAMES: [&str; 7] = [
-    "127.0.0.1",
-    "localhost",
-    "kubernetes",
-    "kubernetes.default",
-    "kubernetes.default.svc",
-    "kubernetes.default.svc.cluster.local",
-    crate::apiserver::SERVICE_IP,
-];
-
 pub struct Pki {
     dir: PathBuf,
     ca: Issuer<'static, KeyPair>,
@@ -35,8 +24,9 @@ pub struct ClientCert {
 }
 
 impl Pki {
-    /// Writes ca.crt, apiserver.crt/.key and sa.key/.pub into `dir` (created).
-    pub fn generate(dir: &Path) -> Result<Pki> {
+    /// Writes ca.crt, apiserver.crt/.key (valid for `serving_names`) and sa.key/.pub into `dir`
+    /// (created).
+    pub fn generate(dir: &Path, serving_names: &[&str]) -> Result<Pki> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let ca_key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -49,7 +39,7 @@ impl Pki {
         pki.write("ca.crt", &ca_cert.pem())?;
 
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(SERVING_NAMES.map(String::from).to_vec())?;
+        let mut params = CertificateParams::new(serving_names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
         params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];

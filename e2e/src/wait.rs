@@ -32,3 +32,17 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Polls `f` until it is true, panicking with `what` once `timeout` passes: [`wait_for`] for a
+/// test's yes-or-no condition.
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let check = || {
+        let fut = f();
+        async move { Ok::<_, std::convert::Infallible>(fut.await.then_some(())) }
+    };
+    wait_for(what, timeout, check).await.unwrap_or_else(|e| panic!("{e}"));
+}

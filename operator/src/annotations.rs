@@ -4,7 +4,11 @@ use highwater::ops;
 use highwater_crds::{EventConsumer, EventConsumerStatus};
 use kube::ResourceExt;
 
-use crate::{Result, context::Context, events};
+use crate::{
+    Result,
+    context::Context,
+    events::{self, Reason},
+};
 
 /// Any new value restarts the consumer's dead shards once.
 pub const RESTART: &str = "highwater.dev/restart";
@@ -32,9 +36,9 @@ pub async fn handle(
         match ops::restart(&ctx.pool, consumer, None).await {
             Ok(t) => {
                 let shards: Vec<&str> = t.iter().map(|t| t.instance_id.as_str()).collect();
-                events::on(ctx, ec, false, "Restarted", format!("restarted dead shard(s) {}", shards.join(", "))).await;
+                events::on(ctx, ec, Reason::Restarted, format!("restarted dead shard(s) {}", shards.join(", "))).await;
             }
-            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "RestartRefused", m.to_string()).await,
+            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RestartRefused, m.to_string()).await,
             Err(e) => return Err(e.into()),
         }
         out.restart = Some(v.clone());
@@ -42,7 +46,7 @@ pub async fn handle(
     if let Some(v) = ann.get(SKIP).filter(|v| out.skip.as_ref() != Some(*v)) {
         match v.trim().parse::<i64>() {
             Err(_) => {
-                events::on(ctx, ec, true, "SkipInvalid", format!("{SKIP}: {v:?} is not an event id")).await;
+                events::on(ctx, ec, Reason::SkipInvalid, format!("{SKIP}: {v:?} is not an event id")).await;
             }
             Ok(id) => match ops::skip(&ctx.pool, consumer, None, Some(id)).await {
                 Ok(t) => {
@@ -50,13 +54,12 @@ pub async fn handle(
                     events::on(
                         ctx,
                         ec,
-                        false,
-                        "Skipped",
+                        Reason::Skipped,
                         format!("skipped event {id} on shard(s) {}", shards.join(", ")),
                     )
                     .await;
                 }
-                Err(highwater::Error::Refused(m)) => events::on(ctx, ec, true, "SkipMismatch", m.to_string()).await,
+                Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::SkipMismatch, m.to_string()).await,
                 Err(e) => return Err(e.into()),
             },
         }

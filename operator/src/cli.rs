@@ -130,7 +130,7 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
         async move {
             let changed = Arc::new(pods::PodChanges::default());
             let pods = pods::reflect(client.clone(), ns.as_deref(), &config.group_label, changed.clone(), stop.clone());
-            let ctx = Arc::new(context::Context { client, pool, metrics, config, pods });
+            let ctx = Arc::new(context::Context::new(client, pool, metrics, config, pods));
             let pod_task = tokio::spawn(pods::run(ctx.clone(), changed, stop.clone()));
             controller::run(ctx, ns.as_deref(), concurrency, stop).await;
             let _ = pod_task.await;

@@ -1,7 +1,14 @@
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::{Client, core::PartialObjectMeta, runtime::reflector::Store};
+use kube::{
+    Client,
+    core::PartialObjectMeta,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::Store,
+    },
+};
 use sqlx::PgPool;
 
 use crate::metrics::Metrics;
@@ -35,6 +42,8 @@ impl Config {
 }
 
 pub const GROUP_LABEL: &str = "highwater.dev/group";
+/// The `reportingController` of the operator's Kubernetes Events.
+pub const REPORTER: &str = "highwater-operator";
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -44,4 +53,20 @@ pub struct Context {
     pub config: Config,
     /// Dispatcher pods (metadata only, label-selected).
     pub pods: Store<PartialObjectMeta<Pod>>,
+    /// Publishes every Kubernetes Event of this replica (one recorder, so they aggregate).
+    pub recorder: Recorder,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        pool: PgPool,
+        metrics: Arc<Metrics>,
+        config: Config,
+        pods: Store<PartialObjectMeta<Pod>>,
+    ) -> Self {
+        let reporter = Reporter { controller: REPORTER.into(), instance: Some(config.identity.clone()) };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Context { client, pool, metrics, config, pods, recorder }
+    }
 }

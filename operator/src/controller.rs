@@ -5,9 +5,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 use highwater::{
     definitions::{self, Definition},
-    ops,
+    kubernetes, ops,
 };
-use highwater_crds::{DeletionPolicy, EventConsumer, EventConsumerStatus};
+use highwater_crds::{DeletionPolicy, EventConsumer, EventConsumerStatus, Problem};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -21,18 +21,19 @@ use kube::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, annotations, context::Context, events, status};
+use crate::{
+    Error, Result, annotations,
+    context::Context,
+    events::{self, Reason},
+    status,
+};
 
 pub const FINALIZER: &str = "highwater.dev/cleanup";
 const MANAGER: &str = "highwater-operator";
 
-/// The consumer's name in the database: `spec.consumerName`, else the resource name.
-pub fn consumer_name(ec: &EventConsumer) -> String {
-    ec.spec.consumer_name.clone().unwrap_or_else(|| ec.name_any())
-}
-
+/// The `source` of the definition the resource declares.
 pub fn source_of(ec: &EventConsumer) -> String {
-    format!("{}{}/{}", definitions::KUBERNETES_SOURCE, ec.namespace().unwrap_or_default(), ec.name_any())
+    kubernetes::source(&ec.namespace().unwrap_or_default(), &ec.name_any())
 }
 
 pub async fn reconcile(ec: Arc<EventConsumer>, ctx: Arc<Context>) -> Result<Action> {
@@ -55,14 +56,14 @@ pub fn error_policy(_ec: Arc<EventConsumer>, err: &Error, ctx: Arc<Context>) -> 
 }
 
 async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> Result<Action> {
-    let name = consumer_name(ec);
+    let name = ec.consumer_name();
     let def = Definition { name: name.clone(), spec: ec.spec.clone(), source: source_of(ec) };
     let problem = match def.spec.validate(&name) {
-        Err(e) => Some(("InvalidSpec", e.to_string())),
+        Err(e) => Some((Problem::InvalidSpec, e.to_string())),
         Ok(()) => match definitions::apply(&ctx.pool, std::slice::from_ref(&def)).await {
             Ok(_) => None,
-            Err(highwater::Error::Conflict(m)) => Some(("Conflict", m)),
-            Err(highwater::Error::Refused(m)) => Some(("InvalidSpec", m.to_string())),
+            Err(highwater::Error::Conflict(m)) => Some((Problem::Conflict, m)),
+            Err(highwater::Error::Refused(m)) => Some((Problem::InvalidSpec, m.to_string())),
             Err(e) => return Err(e.into()),
         },
     };
@@ -72,7 +73,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
     }
     let handled = if problem.is_none() { Some(annotations::handle(ctx, ec, &name, prev).await?) } else { None };
     // A conflicting resource must not report the owner's shards as its own.
-    let rows = if problem.as_ref().is_some_and(|p| p.0 == "Conflict") {
+    let rows = if problem.as_ref().is_some_and(|p| p.0 == Problem::Conflict) {
         Vec::new()
     } else {
         ops::status(&ctx.pool, Some(&name)).await?
@@ -82,7 +83,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         consumer_name: &name,
         generation: ec.metadata.generation,
         suspended: ec.spec.suspend,
-        problem: problem.as_ref().map(|(r, m)| (*r, m.clone())),
+        problem: problem.clone(),
         previous: prev,
         now: &now,
     };
@@ -98,12 +99,12 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
             s.failing_event_id.unwrap_or_default(),
             s.last_error.as_deref().unwrap_or("")
         );
-        events::on(ctx, ec, true, "ShardDead", note).await;
+        events::on(ctx, ec, Reason::ShardDead, note).await;
     }
-    if let Some((reason, msg)) = &problem
-        && prev.and_then(|p| p.state.as_deref()) != Some(*reason)
+    if let Some((problem, msg)) = &problem
+        && prev.and_then(|p| p.state) != Some(problem.state())
     {
-        events::on(ctx, ec, true, reason, msg.clone()).await;
+        events::on(ctx, ec, Reason::Refused(*problem), msg.clone()).await;
     }
     // Conditions keep their times while unchanged, so an unchanged status compares equal.
     if prev != Some(&next) {
@@ -113,7 +114,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
 }
 
 pub async fn patch_status(api: &Api<EventConsumer>, name: &str, status: &EventConsumerStatus) -> Result<()> {
-    let patch = json!({"apiVersion": "highwater.dev/v1alpha1", "kind": "EventConsumer", "status": status});
+    let patch = json!({"apiVersion": highwater_crds::API_VERSION, "kind": highwater_crds::KIND, "status": status});
     api.patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
     Ok(())
 }
@@ -137,12 +138,8 @@ async fn register_pod_shards(ctx: &Context, ec: &EventConsumer, name: &str) -> R
 }
 
 async fn cleanup(ec: &EventConsumer, ctx: &Context) -> Result<Action> {
-    let name = consumer_name(ec);
-    let owner: Option<String> = sqlx::query_scalar("SELECT source FROM highwater.consumers WHERE name = $1")
-        .bind(&name)
-        .fetch_optional(&ctx.pool)
-        .await
-        .map_err(highwater::Error::from)?;
+    let name = ec.consumer_name();
+    let owner = kubernetes::consumer_source(&ctx.pool, &name).await?;
     // Never touch what another declaration owns (a refused conflicting resource).
     if owner.as_deref() != Some(source_of(ec).as_str()) {
         return Ok(Action::await_change());
@@ -184,48 +181,36 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, concurrency: u16, s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use highwater_crds::EventConsumerStatus;
+    use highwater_crds::{ConsumerState, EventConsumerStatus};
     use http::{Request, Response};
     use kube::client::Body;
 
-    /// Scenarios against a mocked API server: one line of intent each.
-    enum Scenario {
-        /// The status goes to the status subresource as a server-side apply owned by the operator.
-        StatusPatchedWithServerSideApply,
-    }
-
-    async fn serve(scenario: Scenario, mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>) {
-        match scenario {
-            Scenario::StatusPatchedWithServerSideApply => {
-                let (req, send) = handle.next_request().await.expect("a request");
-                assert_eq!(req.method(), http::Method::PATCH);
-                assert_eq!(
-                    req.uri().path(),
-                    "/apis/highwater.dev/v1alpha1/namespaces/shop/eventconsumers/orders/status"
-                );
-                let query = req.uri().query().unwrap_or_default().to_owned();
-                assert!(query.contains("fieldManager=highwater-operator") && query.contains("force=true"), "{query}");
-                assert_eq!(req.headers()["content-type"], "application/apply-patch+yaml");
-                let body: serde_json::Value =
-                    serde_json::from_slice(&req.into_body().collect_bytes().await.unwrap()).unwrap();
-                assert_eq!(body["apiVersion"], "highwater.dev/v1alpha1");
-                assert_eq!(body["kind"], "EventConsumer");
-                assert_eq!(body["status"]["state"], "Degraded");
-                assert_eq!(body["status"]["totalLag"], 7);
-                let answer = json!({"apiVersion": "highwater.dev/v1alpha1", "kind": "EventConsumer",
-                    "metadata": {"name": "orders", "namespace": "shop"},
-                    "spec": {"delivery": "Shared", "sink": {"log": {}}}, "status": body["status"]});
-                send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&answer).unwrap())).unwrap());
-            }
-        }
+    /// A mocked API server that expects the status to go to the status subresource as a
+    /// server-side apply owned by the operator, and answers it.
+    async fn expect_status_apply(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>) {
+        let (req, send) = handle.next_request().await.expect("a request");
+        assert_eq!(req.method(), http::Method::PATCH);
+        assert_eq!(req.uri().path(), "/apis/highwater.dev/v1alpha1/namespaces/shop/eventconsumers/orders/status");
+        let query = req.uri().query().unwrap_or_default().to_owned();
+        assert!(query.contains("fieldManager=highwater-operator") && query.contains("force=true"), "{query}");
+        assert_eq!(req.headers()["content-type"], "application/apply-patch+yaml");
+        let body: serde_json::Value = serde_json::from_slice(&req.into_body().collect_bytes().await.unwrap()).unwrap();
+        assert_eq!(body["apiVersion"], "highwater.dev/v1alpha1");
+        assert_eq!(body["kind"], "EventConsumer");
+        assert_eq!(body["status"]["state"], "Degraded");
+        assert_eq!(body["status"]["totalLag"], 7);
+        let answer = json!({"apiVersion": "highwater.dev/v1alpha1", "kind": "EventConsumer",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"delivery": "Shared", "sink": {"log": {}}}, "status": body["status"]});
+        send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&answer).unwrap())).unwrap());
     }
 
     #[tokio::test]
     async fn status_is_written_with_server_side_apply() {
         let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let api: Api<EventConsumer> = Api::namespaced(kube::Client::new(svc, "default"), "shop");
-        let server = tokio::spawn(serve(Scenario::StatusPatchedWithServerSideApply, handle));
-        let status = EventConsumerStatus { state: Some("Degraded".into()), total_lag: 7, ..Default::default() };
+        let server = tokio::spawn(expect_status_apply(handle));
+        let status = EventConsumerStatus { state: Some(ConsumerState::Degraded), total_lag: 7, ..Default::default() };
         patch_status(&api, "orders", &status).await.unwrap();
         server.await.unwrap();
     }
@@ -237,9 +222,9 @@ mod tests {
             serde_json::from_value(json!({"delivery": "Shared", "sink": {"log": {}}})).unwrap(),
         );
         ec.metadata.namespace = Some("shop".into());
-        assert_eq!(consumer_name(&ec), "orders");
+        assert_eq!(ec.consumer_name(), "orders");
         assert_eq!(source_of(&ec), "kubernetes:shop/orders");
         ec.spec.consumer_name = Some("legacy-orders".into());
-        assert_eq!(consumer_name(&ec), "legacy-orders");
+        assert_eq!(ec.consumer_name(), "legacy-orders");
     }
 }

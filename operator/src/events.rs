@@ -1,47 +1,89 @@
-//! Kubernetes Events on transitions: shard dead, restarted, skipped, pod shards removed.
-use highwater_crds::EventConsumer;
+//! Kubernetes Events on transitions: shard dead, restarted, skipped, pod shards removed. One
+//! [`Recorder`] (in the [`Context`]) publishes them all, so repeated events are aggregated.
+use highwater_crds::{EventConsumer, Problem};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Resource,
-    runtime::events::{Event, EventType, Recorder, Reporter},
+    runtime::events::{Event, EventType},
 };
 
 use crate::context::Context;
 
-fn recorder(ctx: &Context) -> Recorder {
-    Recorder::new(
-        ctx.client.clone(),
-        Reporter { controller: "highwater-operator".into(), instance: Some(ctx.config.identity.clone()) },
-    )
+/// Why an event is published; it decides the event's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    ShardDead,
+    Restarted,
+    RestartRefused,
+    SkipInvalid,
+    Skipped,
+    SkipMismatch,
+    PodShardsRemoved,
+    /// The spec could not be applied.
+    Refused(Problem),
 }
 
-/// Publishes an event; a failure to publish is logged, never fatal.
-pub async fn publish(ctx: &Context, reference: &ObjectReference, warning: bool, reason: &str, note: String) {
-    let ev = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
-        reason: reason.to_owned(),
-        note: Some(note.chars().take(1000).collect()),
-        action: reason.to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder(ctx).publish(&ev, reference).await {
-        tracing::warn!(error = %e, reason, "publishing a Kubernetes event failed");
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ShardDead => "ShardDead",
+            Reason::Restarted => "Restarted",
+            Reason::RestartRefused => "RestartRefused",
+            Reason::SkipInvalid => "SkipInvalid",
+            Reason::Skipped => "Skipped",
+            Reason::SkipMismatch => "SkipMismatch",
+            Reason::PodShardsRemoved => "PodShardsRemoved",
+            Reason::Refused(p) => p.as_str(),
+        }
+    }
+
+    pub fn event_type(self) -> EventType {
+        match self {
+            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved => EventType::Normal,
+            _ => EventType::Warning,
+        }
     }
 }
 
-pub async fn on(ctx: &Context, ec: &EventConsumer, warning: bool, reason: &str, note: String) {
-    publish(ctx, &ec.object_ref(&()), warning, reason, note).await;
+/// Publishes an event on `ec`; a failure to publish is logged, never fatal.
+pub async fn on(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String) {
+    publish(ctx, ec, reason, note, None).await;
 }
 
-/// The resource that declares `consumer` in `namespace`, for pod-shard removals.
-pub async fn pod_shards_removed(ctx: &Context, namespace: &str, consumer: &str, pod: &str) {
+/// The recorder aggregates events with the same reason on the same objects: `related` (a pod)
+/// keeps the events about different objects apart.
+async fn publish(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String, related: Option<ObjectReference>) {
+    let ev = Event {
+        type_: reason.event_type(),
+        reason: reason.as_str().to_owned(),
+        note: Some(note.chars().take(1000).collect()),
+        action: reason.as_str().to_owned(),
+        secondary: related,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &ec.object_ref(&())).await {
+        tracing::warn!(error = %e, reason = reason.as_str(), "publishing a Kubernetes event failed");
+    }
+}
+
+/// On the resource that declares `consumer` in `namespace`, about the pod `pod` (uid `uid`)
+/// whose shards were removed.
+pub async fn pod_shards_removed(ctx: &Context, namespace: &str, consumer: &str, pod: &str, uid: &str) {
     let api: kube::Api<EventConsumer> = kube::Api::namespaced(ctx.client.clone(), namespace);
     let found = api
         .list(&Default::default())
         .await
         .ok()
-        .and_then(|l| l.items.into_iter().find(|ec| crate::controller::consumer_name(ec) == consumer));
+        .and_then(|l| l.items.into_iter().find(|ec| ec.consumer_name() == consumer));
     if let Some(ec) = found {
-        on(ctx, &ec, false, "PodShardsRemoved", format!("pod {pod} is gone: its shard was deleted")).await;
+        let related = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            uid: Some(uid.to_owned()),
+            ..Default::default()
+        };
+        let note = format!("pod {pod} is gone: its shard was deleted");
+        publish(ctx, &ec, Reason::PodShardsRemoved, note, Some(related)).await;
     }
 }

@@ -39,9 +39,8 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut r = Registry::with_prefix("highwater_operator");
+        let mut registry = Registry::with_prefix("highwater_operator");
         let m = Metrics {
-            registry: Registry::default(),
             reconciles: Counter::default(),
             reconcile_errors: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -49,24 +48,29 @@ impl Metrics {
             shards_removed: Counter::default(),
             pod_shard_removal: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
             leader: Gauge::default(),
+            registry: Registry::default(),
         };
-        r.register("reconciles", "EventConsumer reconciles started", m.reconciles.clone());
-        r.register("reconcile_errors", "Reconciles that failed, by kind", m.reconcile_errors.clone());
-        r.register("reconcile_duration_seconds", "Time per reconcile", m.reconcile_duration.clone());
-        r.register("shards_created", "Per-pod shards registered for dispatcher pods", m.shards_created.clone());
-        r.register("shards_removed", "Per-pod shards deleted because their pod was gone", m.shards_removed.clone());
-        r.register(
+        registry.register("reconciles", "EventConsumer reconciles started", m.reconciles.clone());
+        registry.register("reconcile_errors", "Reconciles that failed, by kind", m.reconcile_errors.clone());
+        registry.register("reconcile_duration_seconds", "Time per reconcile", m.reconcile_duration.clone());
+        registry.register("shards_created", "Per-pod shards registered for dispatcher pods", m.shards_created.clone());
+        registry.register(
+            "shards_removed",
+            "Per-pod shards deleted because their pod was gone",
+            m.shards_removed.clone(),
+        );
+        registry.register(
             "pod_shard_removal_seconds",
             "From a pod's deletion timestamp to the removal of its shards",
             m.pod_shard_removal.clone(),
         );
-        r.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
+        registry.register("leader", "1 while this replica holds the leader Lease", m.leader.clone());
         // Every kind is exported from the start (at 0), so rates and alerts over the errors have
         // a series to work on before the first error, not an empty result.
         for kind in ERROR_KINDS {
             let _ = m.reconcile_errors.get_or_create(&ErrorLabels { kind: kind.to_owned() });
         }
-        Metrics { registry: r, ..m }
+        Metrics { registry, ..m }
     }
 
     /// Counts a reconcile and observes its duration when the guard drops.
@@ -79,6 +83,7 @@ impl Metrics {
         self.reconcile_errors.get_or_create(&ErrorLabels { kind: kind.to_owned() }).inc();
     }
 
+    /// OpenMetrics text.
     pub fn encode(&self) -> String {
         highwater::metrics::encode(&self.registry)
     }

@@ -10,6 +10,8 @@ use std::{
 
 use chrono::Utc;
 use futures::StreamExt;
+use highwater::kubernetes;
+use highwater_crds::Delivery;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, ResourceExt,
@@ -20,7 +22,6 @@ use kube::{
         watcher,
     },
 };
-use sqlx::PgPool;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -83,29 +84,6 @@ pub fn reflect(
     store
 }
 
-/// A consumer managed by the operator, as the database knows it.
-#[derive(Debug, sqlx::FromRow)]
-struct Managed {
-    name: String,
-    namespace: String,
-    consumer_group: String,
-    delivery: String,
-}
-
-async fn managed(pool: &PgPool, namespace: Option<&str>) -> Result<Vec<Managed>> {
-    Ok(sqlx::query_as(
-        "SELECT * FROM (
-            SELECT name, split_part(substr(source, length('kubernetes:') + 1), '/', 1) AS namespace,
-                   consumer_group, delivery
-              FROM highwater.consumers WHERE source LIKE 'kubernetes:%') m
-          WHERE $1::text IS NULL OR m.namespace = $1",
-    )
-    .bind(namespace)
-    .fetch_all(pool)
-    .await
-    .map_err(highwater::Error::from)?)
-}
-
 /// Live pods of a group in a namespace: name → uid.
 fn live_pods(store: &Store<PartialObjectMeta<Pod>>, label: &str, ns: &str, group: &str) -> HashMap<String, String> {
     store
@@ -119,11 +97,11 @@ fn live_pods(store: &Store<PartialObjectMeta<Pod>>, label: &str, ns: &str, group
 
 /// One level-based pass: registers missing pod shards, deletes the shards of gone pods.
 pub async fn sync(ctx: &Context, deletions: &HashMap<String, chrono::DateTime<Utc>>) -> Result<()> {
-    let consumers = managed(&ctx.pool, ctx.config.namespace.as_deref()).await?;
+    let consumers = kubernetes::kubernetes_consumers(&ctx.pool, ctx.config.namespace.as_deref()).await?;
     let label = &ctx.config.group_label;
     let mut conn = ctx.pool.acquire().await.map_err(highwater::Error::from)?;
-    for c in consumers.iter().filter(|c| c.delivery == "PerInstance") {
-        let pods = live_pods(&ctx.pods, label, &c.namespace, &c.consumer_group);
+    for c in consumers.iter().filter(|c| c.delivery == Delivery::PerInstance) {
+        let pods = live_pods(&ctx.pods, label, &c.namespace, &c.group);
         for (pod, uid) in &pods {
             if highwater::shards::register_for_pod(&mut conn, &c.name, pod, uid).await? {
                 ctx.metrics.shards_created.inc();
@@ -131,26 +109,16 @@ pub async fn sync(ctx: &Context, deletions: &HashMap<String, chrono::DateTime<Ut
             }
         }
         // Only shards the operator manages (with a pod uid) whose pod is gone.
-        let removed: Vec<(String, String)> = sqlx::query_as(
-            "DELETE FROM highwater.consumer_shards
-              WHERE consumer = $1 AND pod_uid IS NOT NULL AND instance_id <> '__shared__'
-                AND NOT ((instance_id, pod_uid) IN (SELECT * FROM unnest($2::text[], $3::text[])))
-             RETURNING instance_id, pod_uid",
-        )
-        .bind(&c.name)
-        .bind(pods.keys().cloned().collect::<Vec<_>>())
-        .bind(pods.values().cloned().collect::<Vec<_>>())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(highwater::Error::from)?;
-        for (pod, _) in removed {
+        let live: Vec<(String, String)> = pods.into_iter().collect();
+        let removed = kubernetes::delete_pod_shards_except(&ctx.pool, &c.name, &live).await?;
+        for (pod, uid) in removed {
             ctx.metrics.shards_removed.inc();
             if let Some(at) = deletions.get(&pod) {
                 let secs = (Utc::now() - *at).num_milliseconds().max(0) as f64 / 1000.0;
                 ctx.metrics.pod_shard_removal.observe(secs);
             }
             tracing::info!(consumer = %c.name, pod = %pod, "pod gone: removed its shard");
-            crate::events::pod_shards_removed(ctx, &c.namespace, &c.name, &pod).await;
+            crate::events::pod_shards_removed(ctx, &c.namespace, &c.name, &pod, &uid).await;
         }
     }
     Ok(())

@@ -1,6 +1,23 @@
 //! The status of an `EventConsumer`, computed from its shard rows. Pure, so it is unit-tested.
 use highwater::ops::ShardStatus;
-use highwater_crds::{Condition, EventConsumerStatus, ShardState};
+use highwater_crds::{Condition, ConsumerState, EventConsumerStatus, Problem, ShardState};
+
+/// Condition types.
+pub mod condition_type {
+    pub const READY: &str = "Ready";
+    pub const DEGRADED: &str = "Degraded";
+    pub const SUSPENDED: &str = "Suspended";
+}
+
+/// Condition reasons (besides a [`Problem`](highwater_crds::Problem)'s, which is the `Ready`
+/// reason while the spec is refused).
+pub mod reason {
+    pub const SUSPENDED: &str = "Suspended";
+    pub const SHARDS_FAILING: &str = "ShardsFailing";
+    pub const NO_SHARDS: &str = "NoShards";
+    pub const DELIVERING: &str = "Delivering";
+    pub const SPEC_SUSPEND: &str = "SpecSuspend";
+}
 
 /// What the operator knows beyond the shard rows.
 pub struct Inputs<'a> {
@@ -8,7 +25,7 @@ pub struct Inputs<'a> {
     pub generation: Option<i64>,
     pub suspended: bool,
     /// Why the spec could not be applied (unknown event types, a name conflict…).
-    pub problem: Option<(&'a str, String)>,
+    pub problem: Option<(Problem, String)>,
     pub previous: Option<&'a EventConsumerStatus>,
     pub now: &'a str,
 }
@@ -29,11 +46,11 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
     let dead: Vec<&ShardState> = shards.iter().filter(|s| s.status == "dead").collect();
     let failing: Vec<&ShardState> = shards.iter().filter(|s| s.status == "processing").collect();
     let state = match (&i.problem, i.suspended) {
-        (Some((reason, _)), _) => (*reason).to_owned(),
-        (None, true) => "Suspended".to_owned(),
-        (None, false) if !dead.is_empty() || !failing.is_empty() => "Degraded".to_owned(),
-        (None, false) if shards.is_empty() => "Pending".to_owned(),
-        _ => "Ready".to_owned(),
+        (Some((problem, _)), _) => problem.state(),
+        (None, true) => ConsumerState::Suspended,
+        (None, false) if !dead.is_empty() || !failing.is_empty() => ConsumerState::Degraded,
+        (None, false) if shards.is_empty() => ConsumerState::Pending,
+        _ => ConsumerState::Ready,
     };
     let degraded_msg = dead
         .iter()
@@ -45,18 +62,29 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         )
         .collect::<Vec<_>>()
         .join("; ");
-    let ready = state == "Ready";
-    let (ready_reason, ready_msg) = match (&i.problem, state.as_str()) {
-        (Some((reason, msg)), _) => ((*reason).to_owned(), msg.clone()),
-        (None, "Suspended") => ("Suspended".into(), "spec.suspend is true".into()),
-        (None, "Degraded") => ("ShardsFailing".into(), degraded_msg.clone()),
-        (None, "Pending") => ("NoShards".into(), "no dispatcher pod of the group runs yet".into()),
-        _ => ("Delivering".into(), format!("{} shard(s) delivering", shards.len())),
+    let (ready_reason, ready_msg) = match (&i.problem, state) {
+        (Some((problem, msg)), _) => (problem.as_str(), msg.clone()),
+        (None, ConsumerState::Suspended) => (reason::SUSPENDED, "spec.suspend is true".into()),
+        (None, ConsumerState::Degraded) => (reason::SHARDS_FAILING, degraded_msg.clone()),
+        (None, ConsumerState::Pending) => (reason::NO_SHARDS, "no dispatcher pod of the group runs yet".into()),
+        _ => (reason::DELIVERING, format!("{} shard(s) delivering", shards.len())),
     };
     let conditions = vec![
-        condition(i, "Ready", ready, &ready_reason, &ready_msg),
-        condition(i, "Degraded", !dead.is_empty() || !failing.is_empty(), "ShardsFailing", &degraded_msg),
-        condition(i, "Suspended", i.suspended, "SpecSuspend", if i.suspended { "spec.suspend is true" } else { "" }),
+        condition(i, condition_type::READY, state == ConsumerState::Ready, ready_reason, &ready_msg),
+        condition(
+            i,
+            condition_type::DEGRADED,
+            !dead.is_empty() || !failing.is_empty(),
+            reason::SHARDS_FAILING,
+            &degraded_msg,
+        ),
+        condition(
+            i,
+            condition_type::SUSPENDED,
+            i.suspended,
+            reason::SPEC_SUSPEND,
+            if i.suspended { "spec.suspend is true" } else { "" },
+        ),
     ];
     EventConsumerStatus {
         observed_generation: i.generation,
@@ -128,7 +156,7 @@ mod tests {
     #[test]
     fn ready_when_every_shard_delivers() {
         let s = compute(&[row("a", "idle", 2), row("b", "idle", 3)], &inputs(None, "t1"));
-        assert_eq!(s.state.as_deref(), Some("Ready"));
+        assert_eq!(s.state, Some(ConsumerState::Ready));
         assert_eq!(s.total_lag, 5);
         assert_eq!(s.conditions[0].status, "True");
         assert_eq!(s.conditions[1].status, "False");
@@ -137,7 +165,7 @@ mod tests {
     #[test]
     fn a_dead_shard_degrades_and_is_reported_once() {
         let first = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(None, "t1"));
-        assert_eq!(first.state.as_deref(), Some("Degraded"));
+        assert_eq!(first.state, Some(ConsumerState::Degraded));
         assert!(first.conditions[1].message.contains("shard b is dead on event 6"));
         assert_eq!(newly_dead(None, &first).len(), 1);
         let second = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(Some(&first), "t2"));
@@ -148,13 +176,13 @@ mod tests {
     #[test]
     fn problems_and_suspension_win() {
         let mut i = inputs(None, "t1");
-        i.problem = Some(("Conflict", "claimed by kubernetes:x/y".into()));
-        assert_eq!(compute(&[], &i).state.as_deref(), Some("Conflict"));
+        i.problem = Some((Problem::Conflict, "claimed by kubernetes:x/y".into()));
+        assert_eq!(compute(&[], &i).state, Some(ConsumerState::Conflict));
         let mut i = inputs(None, "t1");
         i.suspended = true;
         let s = compute(&[row("a", "disabled", 1)], &i);
-        assert_eq!(s.state.as_deref(), Some("Suspended"));
+        assert_eq!(s.state, Some(ConsumerState::Suspended));
         assert_eq!(s.conditions[2].status, "True");
-        assert_eq!(compute(&[], &inputs(None, "t")).state.as_deref(), Some("Pending"));
+        assert_eq!(compute(&[], &inputs(None, "t")).state, Some(ConsumerState::Pending));
     }
 }

@@ -34,7 +34,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(60), "both consumers' rows", || {
+    eventually("both consumers' rows", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             let n: i64 =
@@ -60,7 +60,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     let out = apply(&w, &pods).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(30), "three pod shards", || {
+    eventually("three pod shards", Duration::from_secs(30), || {
         let pool = pool.clone();
         async move { shards(&pool, "live").await.len() == 3 }
     })
@@ -79,7 +79,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     // kubectl shows delivery, status and lag.
     let pool = w.pool.clone();
     let _ = pool;
-    eventually(Duration::from_secs(30), "status on both resources", || async {
+    eventually("status on both resources", Duration::from_secs(30), || async {
         let out = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap();
         out.contains("Ready") && out.matches("Ready").count() == 2
     })
@@ -99,13 +99,13 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     let started = Instant::now();
     w.cp.kubectl_ok(["delete", "pod", "web-1", "web-2", "-n", "shop", "--wait=true"]).await.unwrap();
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(30), "the deleted pods' shards to go", || {
+    eventually("the deleted pods' shards to go", Duration::from_secs(30), || {
         let pool = pool.clone();
         async move { shards(&pool, "live").await.len() == 2 }
     })
     .await;
     println!("pod deletion to shard removal: {:?}", started.elapsed());
-    eventually(Duration::from_secs(30), "a PodShardsRemoved event", || async {
+    eventually("a PodShardsRemoved event", Duration::from_secs(30), || async {
         let out = w
             .cp
             .kubectl_ok(["get", "events", "-n", "shop", "--field-selector", "reason=PodShardsRemoved", "-o", "name"])
@@ -124,7 +124,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     assert_eq!(shards(&w.pool, "live").await.len(), 2, "nobody removed it while the operator was down");
     let op = Operator::start(&w, "op-1", true);
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(60), "the shard of the pod deleted during the outage to go", || {
+    eventually("the shard of the pod deleted during the outage to go", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move { shards(&pool, "live").await.len() == 1 }
     })
@@ -136,12 +136,7 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
     let names: Vec<String> =
         sqlx::query_scalar("SELECT name FROM highwater.consumers ORDER BY name").fetch_all(&w.pool).await.unwrap();
     assert_eq!(names, vec!["live".to_owned()], "orders deleted, live retained");
-    let statuses: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT status FROM highwater.consumer_shards WHERE consumer = 'live'")
-            .fetch_all(&w.pool)
-            .await
-            .unwrap();
-    assert_eq!(statuses, vec!["disabled".to_owned()]);
+    assert_eq!(shard_statuses(&w.pool, "live").await, ["disabled"]);
     assert!(op.metric("highwater_operator_shards_removed_total").await.unwrap_or(0.0) >= 1.0);
     drop(op);
 }
@@ -214,9 +209,9 @@ async fn two_replicas_one_acts_and_the_standby_takes_over() {
         .unwrap_or_default()
     };
     let a = Operator::start(&w, "op-a", true);
-    eventually(Duration::from_secs(60), "op-a to lead", || async { lease_holder().await == "op-a" }).await;
+    eventually("op-a to lead", Duration::from_secs(60), || async { lease_holder().await == "op-a" }).await;
     let b = Operator::start(&w, "op-b", true);
-    eventually(Duration::from_secs(30), "op-b's metrics endpoint", || async {
+    eventually("op-b's metrics endpoint", Duration::from_secs(30), || async {
         b.metric("highwater_operator_leader").await.is_some()
     })
     .await;
@@ -228,7 +223,7 @@ async fn two_replicas_one_acts_and_the_standby_takes_over() {
     };
     assert!(apply(&w, &ec("first")).await.status.success());
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(60), "the leader to reconcile", || {
+    eventually("the leader to reconcile", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.consumers").fetch_one(&pool).await.unwrap()
@@ -245,7 +240,7 @@ async fn two_replicas_one_acts_and_the_standby_takes_over() {
     let killed = Instant::now();
     assert!(apply(&w, &ec("second")).await.status.success());
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(90), "the standby to take over and reconcile", || {
+    eventually("the standby to take over and reconcile", Duration::from_secs(90), || {
         let pool = pool.clone();
         async move {
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.consumers").fetch_one(&pool).await.unwrap()

@@ -21,7 +21,7 @@ async fn kubectl_apply_of_the_examples() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let pool = w.pool.clone();
-    eventually(Duration::from_secs(60), "every example's rows and shards", || {
+    eventually("every example's rows and shards", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -45,7 +45,7 @@ async fn kubectl_apply_of_the_examples() {
     let mut tx = w.pool.begin().await.unwrap();
     append(&mut tx, &NewEvent::new("order", "1", "OrderPlaced", json!({"order_id": "1", "total": 3.5}))).await.unwrap();
     tx.commit().await.unwrap();
-    eventually(Duration::from_secs(30), "lag shown for the undelivered event", || async {
+    eventually("lag shown for the undelivered event", Duration::from_secs(30), || async {
         let t = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap_or_default();
         t.lines().any(|l| l.starts_with("order-webhook") && l.split_whitespace().nth(3) == Some("1"))
     })

@@ -45,7 +45,7 @@ spec:
   sink: {sql: {statement: "INSERT INTO seen VALUES ($2, 1 / (($1->>'n')::int))"}}
 "#;
     assert!(apply(&w, ec).await.status.success());
-    eventually(Duration::from_secs(60), "the consumer row", || async {
+    eventually("the consumer row", Duration::from_secs(60), || async {
         jsonpath(&w, "{.status.state}").await == "Ready"
     })
     .await;
@@ -60,15 +60,15 @@ spec:
     append_n(&w, 1).await;
     let poison = append_n(&w, 0).await;
     append_n(&w, 1).await;
-    eventually(Duration::from_secs(60), "Degraded", || async { jsonpath(&w, "{.status.state}").await == "Degraded" })
+    eventually("Degraded", Duration::from_secs(60), || async { jsonpath(&w, "{.status.state}").await == "Degraded" })
         .await;
     assert_eq!(jsonpath(&w, "{.status.conditions[?(@.type==\"Degraded\")].status}").await, "True");
     assert_eq!(jsonpath(&w, "{.status.shards[0].failingEventId}").await, poison.to_string());
-    eventually(Duration::from_secs(30), "a ShardDead event", || has_event(&w, "ShardDead")).await;
+    eventually("a ShardDead event", Duration::from_secs(30), || has_event(&w, "ShardDead")).await;
 
     // Skip names the event it expects: a wrong id is refused and reported.
     w.cp.kubectl_ok(["annotate", "ec", "poisoned", "-n", "shop", "highwater.dev/skip-event=999999"]).await.unwrap();
-    eventually(Duration::from_secs(30), "a SkipMismatch event", || has_event(&w, "SkipMismatch")).await;
+    eventually("a SkipMismatch event", Duration::from_secs(30), || has_event(&w, "SkipMismatch")).await;
     assert_eq!(jsonpath(&w, "{.status.shards[0].status}").await, "dead");
     w.cp.kubectl_ok([
         "annotate",
@@ -81,24 +81,24 @@ spec:
     ])
     .await
     .unwrap();
-    eventually(Duration::from_secs(30), "the skip to deliver the next event", || async {
+    eventually("the skip to deliver the next event", Duration::from_secs(30), || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM seen").fetch_one(&w.pool).await.unwrap() == 2
     })
     .await;
     assert!(has_event(&w, "Skipped").await);
-    eventually(Duration::from_secs(30), "Ready again", || async { jsonpath(&w, "{.status.state}").await == "Ready" })
+    eventually("Ready again", Duration::from_secs(30), || async { jsonpath(&w, "{.status.state}").await == "Ready" })
         .await;
     assert_eq!(jsonpath(&w, "{.status.handledSkip}").await, poison.to_string());
 
     // Restart: once per new value.
     append_n(&w, 0).await;
-    eventually(Duration::from_secs(30), "dead again", || async {
+    eventually("dead again", Duration::from_secs(30), || async {
         jsonpath(&w, "{.status.shards[0].status}").await == "dead"
     })
     .await;
     w.cp.kubectl_ok(["annotate", "ec", "poisoned", "-n", "shop", "highwater.dev/restart=1"]).await.unwrap();
-    eventually(Duration::from_secs(30), "a Restarted event", || has_event(&w, "Restarted")).await;
-    eventually(Duration::from_secs(30), "handledRestart recorded", || async {
+    eventually("a Restarted event", Duration::from_secs(30), || has_event(&w, "Restarted")).await;
+    eventually("handledRestart recorded", Duration::from_secs(30), || async {
         jsonpath(&w, "{.status.handledRestart}").await == "1"
     })
     .await;
@@ -107,14 +107,9 @@ spec:
     w.cp.kubectl_ok(["patch", "ec", "poisoned", "-n", "shop", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#])
         .await
         .unwrap();
-    eventually(Duration::from_secs(30), "Suspended", || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
+    eventually("Suspended", Duration::from_secs(30), || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
         .await;
-    let statuses: Vec<String> =
-        sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = 'poisoned'")
-            .fetch_all(&w.pool)
-            .await
-            .unwrap();
-    assert_eq!(statuses, vec!["disabled".to_owned()]);
+    assert_eq!(shard_statuses(&w.pool, "poisoned").await, ["disabled"]);
     stop.cancel();
     d.await.unwrap().unwrap();
 }
@@ -133,11 +128,11 @@ async fn a_second_claim_on_a_consumer_name_is_refused_in_status() {
             w.cp.kubectl_ok(["get", "ec", name, "-n", ns, "-o", "jsonpath={.status.state}"]).await.unwrap_or_default()
         }
     };
-    eventually(Duration::from_secs(60), "the owner to be Ready", || async { state("shop", "orders").await == "Ready" })
+    eventually("the owner to be Ready", Duration::from_secs(60), || async { state("shop", "orders").await == "Ready" })
         .await;
     let claimant = "apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {name: copycat, namespace: other}\nspec: {delivery: Shared, consumerName: orders, sink: {sql: {statement: 'SELECT 1'}}}\n";
     assert!(apply(&w, claimant).await.status.success());
-    eventually(Duration::from_secs(60), "the claimant to be refused", || async {
+    eventually("the claimant to be refused", Duration::from_secs(60), || async {
         state("other", "copycat").await == "Conflict"
     })
     .await;

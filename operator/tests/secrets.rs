@@ -37,7 +37,7 @@ async fn the_database_password_stays_out_of_logs_status_events_and_metrics() {
     let mut seen: Vec<(String, String)> = Vec::new();
     let waiting = Operator::start_at(&w.cp, &unreachable, w.logs.path(), "op-down", &["--leader-election", "false"]);
     let ready = format!("http://127.0.0.1:{}/readyz", waiting.port);
-    eventually(Duration::from_secs(30), "/readyz to answer 503 while the database is unreachable", || async {
+    eventually("/readyz to answer 503 while the database is unreachable", Duration::from_secs(30), || async {
         reqwest::get(&ready).await.is_ok_and(|r| r.status() == 503)
     })
     .await;
@@ -52,7 +52,7 @@ async fn the_database_password_stays_out_of_logs_status_events_and_metrics() {
     let op = Operator::start_at(&w.cp, &url, w.logs.path(), "op-1", &["--leader-election", "true"]);
     let out = apply(&w, &[CONSUMERS, "---\n", &pod("web-0", "shop", "web")].concat()).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    eventually(Duration::from_secs(60), "both resources Ready", || async {
+    eventually("both resources Ready", Duration::from_secs(60), || async {
         let out = w.cp.kubectl_ok(["get", "eventconsumers", "-n", "shop"]).await.unwrap_or_default();
         out.matches("Ready").count() == 2
     })

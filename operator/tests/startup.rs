@@ -36,7 +36,7 @@ async fn waits_for_the_database_and_recovers_without_a_restart() {
     let mut op = Operator::start_at(&cp, &url, logs.path(), "early", &["--leader-election", "false", "--migrate"]);
     let port = op.port;
 
-    eventually(Duration::from_secs(30), "/healthz while the database is unreachable", || async move {
+    eventually("/healthz while the database is unreachable", Duration::from_secs(30), || async move {
         status(port, "/healthz").await.is_some_and(|(code, _)| code == 200)
     })
     .await;
@@ -50,7 +50,7 @@ async fn waits_for_the_database_and_recovers_without_a_restart() {
     // The database appears: the same process migrates it, becomes ready and reconciles.
     let pg = EmbeddedPostgres::start(EmbeddedOptions { port: Some(pg_port), ..Default::default() }).await.unwrap();
     let log = op.log.clone();
-    eventually(Duration::from_secs(60), "/readyz once the database answers", || async move {
+    eventually("/readyz once the database answers", Duration::from_secs(60), || async move {
         status(port, "/readyz").await.is_some_and(|(code, _)| code == 200)
     })
     .await;
@@ -58,7 +58,7 @@ async fn waits_for_the_database_and_recovers_without_a_restart() {
     let w = World { cp, pool: pool.clone(), url: pg.url(), logs, pg };
     let applied = apply(&w, CONSUMER).await;
     assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
-    eventually(Duration::from_secs(60), "the consumer's row", || {
+    eventually("the consumer's row", Duration::from_secs(60), || {
         let pool = pool.clone();
         async move {
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.consumers WHERE name = 'late'")

@@ -4,6 +4,7 @@ pub mod db;
 pub mod definitions;
 pub mod event_types;
 pub mod events;
+pub mod kubernetes;
 pub mod notify;
 pub mod ops;
 pub mod position;

@@ -127,8 +127,9 @@ impl Drop for Dispatcher {
     }
 }
 
-/// Polls `f` until it returns true or `timeout` passes.
-pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut f: F)
+/// Polls `f` until it is true, panicking with `what` once `timeout` passes. The same signature as
+/// `highwater_e2e::eventually` (this crate cannot depend on the e2e harness, which depends on it).
+pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -146,7 +147,7 @@ where
 /// Waits until the count query `sql` returns at least `n`.
 pub async fn wait_count(pool: &PgPool, sql: &'static str, n: i64, timeout: Duration) {
     let pool = pool.clone();
-    wait_for(timeout, sql, || {
+    eventually(sql, timeout, || {
         let pool = pool.clone();
         async move { scalar_i64(&pool, sql).await >= n }
     })
@@ -161,7 +162,7 @@ pub async fn scalar_i64(pool: &PgPool, sql: &'static str) -> i64 {
 pub async fn wait_registered(pool: &PgPool, consumer: &str, n: i64) {
     let pool = pool.clone();
     let consumer = consumer.to_owned();
-    wait_for(Duration::from_secs(60), "dispatchers to register", || {
+    eventually("dispatchers to register", Duration::from_secs(60), || {
         let pool = pool.clone();
         let consumer = consumer.clone();
         async move {

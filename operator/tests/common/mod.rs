@@ -13,6 +13,7 @@ use highwater::{
     event_types,
 };
 use highwater_e2e::ControlPlane;
+pub use highwater_e2e::eventually;
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -127,19 +128,6 @@ impl Drop for Operator {
     }
 }
 
-/// Polls until `f` is true (the harness's `wait_for`), panicking with `what` on timeout.
-pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let check = || {
-        let fut = f();
-        async move { Ok::<_, std::convert::Infallible>(fut.await.then_some(())) }
-    };
-    highwater_e2e::wait_for(what, timeout, check).await.unwrap_or_else(|e| panic!("{e}"));
-}
-
 pub async fn apply(w: &World, yaml: &str) -> std::process::Output {
     w.cp.kubectl_with_input(["apply", "-f", "-"], yaml).await.unwrap()
 }
@@ -159,6 +147,15 @@ pub async fn shards(pool: &PgPool, consumer: &str) -> Vec<(String, Option<String
     .fetch_all(pool)
     .await
     .unwrap()
+}
+
+/// The distinct statuses of the consumer's shards, sorted.
+pub async fn shard_statuses(pool: &PgPool, consumer: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT DISTINCT status FROM highwater.consumer_shards WHERE consumer = $1 ORDER BY 1")
+        .bind(consumer)
+        .fetch_all(pool)
+        .await
+        .unwrap()
 }
 
 pub async fn uid(w: &World, ns: &str, pod: &str) -> String {
