@@ -31,7 +31,7 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
         xid_lead: 20_000,
         prune_every: Duration::from_secs(3),
         prune_lag: Duration::from_millis(1500),
-        prune_batch: 500,
+        prune_batch: 5000,
         rewind_every: Duration::from_secs(3),
         rewind_back: Duration::from_secs(5),
         poison_every: Duration::from_secs(5),
@@ -49,7 +49,7 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
     assert!(report.cuts >= 1 && report.half_opens >= 1, "the network was cut and black-holed");
     let ran = |op: &str| report.ops.get(op).map_or(0, |c| c.ran);
     let affected = |op: &str| report.ops.get(op).map_or(0, |c| c.affected);
-    assert!(affected(ops::PRUNE) >= 1, "events prune deleted events: {:?}", report.ops.get(ops::PRUNE));
+    assert!(report.deleted >= 1, "events prune deleted events: {:?}", report.ops);
     for op in [ops::REWIND_TIME, ops::REWIND_LATEST, ops::SKIP, ops::DISABLE, ops::ENABLE, ops::RESTART] {
         assert!(ran(op) >= 1, "{op} ran: {:?}", report.ops.get(op));
     }

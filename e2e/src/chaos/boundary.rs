@@ -47,13 +47,16 @@ async fn burn_to(pool: &PgPool, target: u64) -> sqlx::Result<u64> {
     }
     let n = target - next;
     let mut conn = pool.acquire().await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "SET synchronous_commit = off;
-         DO $$ BEGIN FOR i IN 1..{n} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$;
-         RESET synchronous_commit;"
+    // One statement per call: a DO block may commit only outside a transaction block, and a
+    // multi-statement string runs as one.
+    sqlx::raw_sql("SET synchronous_commit = off").execute(&mut *conn).await?;
+    let r = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DO $$ BEGIN FOR i IN 1..{n} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$"
     )))
     .execute(&mut *conn)
-    .await?;
+    .await;
+    sqlx::raw_sql("RESET synchronous_commit").execute(&mut *conn).await?;
+    r?;
     Ok(n)
 }
 
@@ -93,6 +96,7 @@ pub fn watch(
                             Err(e) => {
                                 eprintln!("chaos: could not use up transaction ids ({e}); trying again");
                                 approached = false;
+                                tokio::time::sleep(Duration::from_secs(1)).await;
                             }
                         }
                     }

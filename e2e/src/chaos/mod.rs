@@ -80,14 +80,15 @@ pub struct Config {
     /// The cluster starts this many transaction ids below the boundary.
     #[arg(long, default_value_t = 20_000)]
     pub xid_lead: u64,
-    /// `events prune` runs about this often (±50%)...
+    /// `events prune` runs about this often (±50%), with a cut-off in turn `--prune-lag` behind the
+    /// writers and behind the slowest shard...
     #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
     pub prune_every: Duration,
     /// ... deleting the events older than this (the cut-off keeps catching up with the writers).
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub prune_lag: Duration,
-    /// Events deleted per prune transaction.
-    #[arg(long, default_value_t = 500)]
+    /// Events deleted per prune transaction (one batch usually holds every candidate).
+    #[arg(long, default_value_t = 5000)]
     pub prune_batch: i64,
     /// `consumer rewind chaos-rw` about this often, to a time and to latest in turn.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]

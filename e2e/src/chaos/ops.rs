@@ -101,7 +101,7 @@ impl OpsLog {
                 })
             }
             Err(Error::Refused(msg)) => {
-                let why = reason(op, msg);
+                let why = reason(msg);
                 eprintln!("chaos: {op} refused: {}", msg.lines().next().unwrap_or_default());
                 self.count(op, |c| *c.refused.entry(why).or_default() += 1)
             }
@@ -129,7 +129,8 @@ impl OpsLog {
     }
 }
 
-pub const PRUNE: &str = "events prune";
+pub const PRUNE: &str = "events prune (now - lag)";
+pub const PRUNE_SLOWEST: &str = "events prune (slowest shard)";
 pub const REWIND_TIME: &str = "consumer rewind --to TIME";
 pub const REWIND_LATEST: &str = "consumer rewind --to latest";
 pub const SKIP: &str = "consumer skip";
@@ -142,8 +143,8 @@ pub const BREAK: &str = "sink broken until dead";
 
 /// A refusal's reason without its numbers: the blocking consumers for a prune, else the first
 /// shard's reason.
-fn reason(op: &str, msg: &str) -> String {
-    if op == PRUNE && msg.starts_with("refusing to prune") {
+fn reason(msg: &str) -> String {
+    if msg.starts_with("refusing to prune") {
         let mut consumers: Vec<&str> = msg
             .lines()
             .skip(1)
@@ -219,10 +220,49 @@ pub async fn prune(pool: &PgPool, lag: Duration, batch: i64) -> highwater::Resul
     }
 }
 
+/// The creation time of the oldest event the slowest shard that is not disabled has not passed:
+/// a cut-off that retention can usually honour.
+async fn behind_slowest(pool: &PgPool) -> highwater::Result<Option<DateTime<Utc>>> {
+    let slowest: Option<(Xid8, i64)> = sqlx::query_as(
+        "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE status <> 'disabled'
+          ORDER BY cursor_tx, cursor_id LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await?;
+    let Some((tx, id)) = slowest else { return Ok(None) };
+    Ok(sqlx::query_scalar("SELECT min(created_at) FROM highwater.events WHERE (tx_id, id) > ($1, $2)")
+        .bind(tx)
+        .bind(id)
+        .fetch_one(pool)
+        .await?)
+}
+
+/// In turn, a cut-off `prune_lag` behind the writers (usually refused: some shard is always that
+/// far behind under the faults) and one behind the slowest shard (usually deletes).
 async fn prune_loop(pool: PgPool, clocks: Clocks, log: Arc<OpsLog>, stop: CancellationToken) {
+    let mut catch_up = true;
     while pause(jitter(clocks.prune_every), &stop).await {
-        let r = prune(&pool, clocks.prune_lag, clocks.prune_batch).await;
-        log.outcome(PRUNE, &r, |n| *n);
+        let (op, r) = if catch_up {
+            (PRUNE, prune(&pool, clocks.prune_lag, clocks.prune_batch).await)
+        } else {
+            let r = async {
+                let lag: Option<f64> = match behind_slowest(&pool).await? {
+                    Some(t) => Some(
+                        sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp() - $1)::float8")
+                            .bind(t)
+                            .fetch_one(&pool)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                let lag = Duration::from_secs_f64(lag.unwrap_or(0.0).max(0.0)).max(clocks.prune_lag);
+                prune(&pool, lag, clocks.prune_batch).await
+            }
+            .await;
+            (PRUNE_SLOWEST, r)
+        };
+        log.outcome(op, &r, |n| *n);
+        catch_up = !catch_up;
     }
 }
 
@@ -283,28 +323,53 @@ async fn rewind_loop(pool: PgPool, watch: CursorWatch, clocks: Clocks, log: Arc<
         } else {
             RewindTo::Latest
         };
+        // Claim the shard as a dispatcher does (its advisory lock), so that no pass runs from
+        // the sequence mark to the end of the rewind: every sink row up to the mark was delivered
+        // before the rewind, every later one after it.
+        let claimed = async {
+            let mut conn = pool.acquire().await?;
+            sqlx::query("SET lock_timeout = '5s'").execute(&mut *conn).await?;
+            sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
+                .bind(format!("highwater\u{1f}{RW_CONSUMER}\u{1f}__shared__"))
+                .execute(&mut *conn)
+                .await?;
+            let seq_mark: i64 =
+                sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM chaos_rw").fetch_one(&mut *conn).await?;
+            sqlx::Result::<(sqlx::pool::PoolConnection<sqlx::Postgres>, i64)>::Ok((conn, seq_mark))
+        }
+        .await;
+        let Ok((mut claim, seq_mark)) = claimed else {
+            log.count(op, |c| {
+                *c.refused.entry("put off: could not claim the shard within 5s".into()).or_default() += 1
+            });
+            continue;
+        };
         let r = ops::rewind(&pool, RW_CONSUMER, None, to).await;
         log.outcome(op, &r, |_| 1);
         let t = match r {
             Ok(ts) if !ts.is_empty() => ts[0].clone(),
-            Err(Error::Refused(_)) => continue,
+            Err(Error::Refused(_)) => {
+                claim.close_on_drop();
+                continue;
+            }
             // The database went away: the rewind may or may not have committed.
             _ => {
+                claim.close_on_drop();
                 ambiguous(&pool, &watch, &log).await;
                 return;
             }
         };
         watch.rewound(&t.consumer, &t.instance_id, t.cursor_after);
         let after = async {
-            let (done_at, seq_mark): (DateTime<Utc>, i64) =
-                sqlx::query_as("SELECT clock_timestamp(), coalesce(max(seq), 0) FROM chaos_rw")
-                    .fetch_one(&pool)
-                    .await?;
+            let done_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&mut *claim).await?;
             let head = head(&pool).await?;
-            highwater::Result::<(DateTime<Utc>, i64, Position)>::Ok((done_at, seq_mark, head))
+            highwater::Result::<(DateTime<Utc>, Position)>::Ok((done_at, head))
         }
         .await;
-        let Ok((done_at, seq_mark, head)) = after else {
+        // Closing the connection releases the claim.
+        claim.close_on_drop();
+        drop(claim);
+        let Ok((done_at, head)) = after else {
             ambiguous(&pool, &watch, &log).await;
             return;
         };
