@@ -204,6 +204,10 @@ pub async fn prune(pool: &PgPool, lag: Duration, batch: i64) -> highwater::Resul
         .bind(lag.as_secs_f64())
         .fetch_one(pool)
         .await?;
+    prune_before(pool, cutoff, batch).await
+}
+
+pub async fn prune_before(pool: &PgPool, cutoff: DateTime<Utc>, batch: i64) -> highwater::Result<u64> {
     let c = Criteria { cutoff, stream_types: Some(vec![STREAM_TYPE.to_owned()]) };
     let mut bound: Option<Position> = None;
     let mut total = 0u64;
@@ -246,17 +250,10 @@ async fn prune_loop(pool: PgPool, clocks: Clocks, log: Arc<OpsLog>, stop: Cancel
             (PRUNE, prune(&pool, clocks.prune_lag, clocks.prune_batch).await)
         } else {
             let r = async {
-                let lag: Option<f64> = match behind_slowest(&pool).await? {
-                    Some(t) => Some(
-                        sqlx::query_scalar("SELECT extract(epoch FROM clock_timestamp() - $1)::float8")
-                            .bind(t)
-                            .fetch_one(&pool)
-                            .await?,
-                    ),
-                    None => None,
-                };
-                let lag = Duration::from_secs_f64(lag.unwrap_or(0.0).max(0.0)).max(clocks.prune_lag);
-                prune(&pool, lag, clocks.prune_batch).await
+                match behind_slowest(&pool).await? {
+                    Some(t) => prune_before(&pool, t, clocks.prune_batch).await,
+                    None => Ok(0),
+                }
             }
             .await;
             (PRUNE_SLOWEST, r)
