@@ -80,8 +80,8 @@ pub struct Config {
     /// The cluster starts this many transaction ids below the boundary.
     #[arg(long, default_value_t = 20_000)]
     pub xid_lead: u64,
-    /// `events prune` runs about this often (±50%), with a cut-off in turn `--prune-lag` behind the
-    /// writers and behind the slowest shard...
+    /// `events prune` runs about this often (±50%), with a cut-off twice `--prune-lag` behind the
+    /// writers, then once behind the slowest shard...
     #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
     pub prune_every: Duration,
     /// ... deleting the events older than this (the cut-off keeps catching up with the writers).

@@ -241,11 +241,13 @@ async fn behind_slowest(pool: &PgPool) -> highwater::Result<Option<DateTime<Utc>
         .await?)
 }
 
-/// In turn, a cut-off `prune_lag` behind the writers (usually refused: some shard is always that
-/// far behind under the faults) and one behind the slowest shard (usually deletes).
+/// Twice a cut-off `prune_lag` behind the writers (usually refused: some shard is always that far
+/// behind under the faults), then once one behind the slowest shard (usually deletes).
 async fn prune_loop(pool: PgPool, clocks: Clocks, log: Arc<OpsLog>, stop: CancellationToken) {
-    let mut catch_up = true;
+    let mut n = 0u64;
     while pause(jitter(clocks.prune_every), &stop).await {
+        n += 1;
+        let catch_up = !n.is_multiple_of(3);
         let (op, r) = if catch_up {
             (PRUNE, prune(&pool, clocks.prune_lag, clocks.prune_batch).await)
         } else {
@@ -259,7 +261,6 @@ async fn prune_loop(pool: PgPool, clocks: Clocks, log: Arc<OpsLog>, stop: Cancel
             (PRUNE_SLOWEST, r)
         };
         log.outcome(op, &r, |n| *n);
-        catch_up = !catch_up;
     }
 }
 
