@@ -3,13 +3,16 @@
 //! SIGKILLed every few seconds, PostgreSQL restarts, the network to the database is cut,
 //! black-holed and slowed; afterwards no committed event is lost, the SQL sink applied none twice,
 //! the log sink's redeliveries stay within one batch per interruption, and no cursor moved
-//! backwards.
+//! backwards except by the run's rewinds. Meanwhile operators prune, rewind, skip, disable and
+//! enable, gc and restart on their own clocks, and transaction ids cross 10^5: no event is deleted
+//! before every shard that is not disabled passed it, a rewind to a time delivers again every
+//! event created since, a rewind to latest nothing, a skipped event is in the dead letters only.
 //!
 //! Needs `highwater` built in the target directory (`cargo test --workspace` builds it; alone:
 //! `cargo build -p highwater --bin highwater`).
 use std::time::Duration;
 
-use highwater_e2e::chaos::{self, Config};
+use highwater_e2e::chaos::{self, Config, ops};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_loss_under_kills_restarts_and_network_faults() {
@@ -24,6 +27,18 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
         net_fault_for: Duration::from_secs(2),
         hold_transaction: Duration::from_secs(8),
         drain_timeout: Duration::from_secs(120),
+        xid_boundary: 100_000,
+        xid_lead: 20_000,
+        prune_every: Duration::from_secs(3),
+        prune_lag: Duration::from_millis(1500),
+        prune_batch: 5000,
+        rewind_every: Duration::from_secs(3),
+        rewind_back: Duration::from_secs(5),
+        poison_every: Duration::from_secs(5),
+        skip_every: Duration::from_secs(2),
+        toggle_every: Duration::from_secs(4),
+        gc_every: Duration::from_secs(5),
+        dead_every: Duration::from_secs(8),
     };
     let work = tempfile::tempdir().unwrap();
     let report = chaos::run(config, work.path()).await.expect("the chaos run");
@@ -32,6 +47,13 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
     assert!(report.kills >= 8, "dispatchers were killed: {}", report.kills);
     assert!(report.pg_restarts >= 1, "PostgreSQL restarted");
     assert!(report.cuts >= 1 && report.half_opens >= 1, "the network was cut and black-holed");
+    let ran = |op: &str| report.ops.get(op).map_or(0, |c| c.ran);
+    let affected = |op: &str| report.ops.get(op).map_or(0, |c| c.affected);
+    assert!(report.deleted >= 1, "events prune deleted events: {:?}", report.ops);
+    for op in [ops::REWIND_TIME, ops::REWIND_LATEST, ops::SKIP, ops::DISABLE, ops::ENABLE, ops::RESTART] {
+        assert!(ran(op) >= 1, "{op} ran: {:?}", report.ops.get(op));
+    }
+    assert!(affected(ops::GC) >= 1, "consumer gc collected killed instances' shards: {:?}", report.ops.get(ops::GC));
     let violations = report.violations();
     if !violations.is_empty() {
         let keep = work.keep();

@@ -215,6 +215,17 @@ impl EmbeddedPostgres {
             if let Some(u) = &self.run_as {
                 let _ = chown(&segment, Some(u.uid), Some(u.gid));
             }
+        } else {
+            // initdb writes only the pages it used (the first of segment 0): an id further into
+            // the segment needs its page there too, zero-filled likewise.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&segment)
+                .map_err(Error::io("opening a pg_xact segment"))?;
+            let len = f.metadata().map_err(Error::io("reading a pg_xact segment"))?.len();
+            if len < 32 * 8192 {
+                f.set_len(32 * 8192).map_err(Error::io("extending a pg_xact segment"))?;
+            }
         }
         let out = self
             .command("pg_resetwal")

@@ -1,7 +1,9 @@
 //! The long chaos run, by hand: `cargo build --release -p highwater --bin highwater && cargo run
-//! --release -p highwater-e2e --bin chaos -- --duration 10m`. Prints the figures; exits 1 when a
-//! promise broke (loss, a duplicate from the SQL sink, too many redeliveries, a cursor moving
-//! backwards).
+//! --release -p highwater-e2e --bin chaos -- --duration 10m` (add `--xid-boundary 10000000000` to
+//! cross a power of ten at epoch 2). Prints the figures; exits 1 when a promise broke (loss, a
+//! duplicate from the SQL sink, too many redeliveries, a cursor moving backwards other than by a
+//! rewind, an event pruned before a live shard passed it, a rewind or a skip not keeping its
+//! promise, no boundary crossed).
 use clap::Parser;
 use highwater_e2e::chaos;
 

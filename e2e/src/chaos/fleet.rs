@@ -18,6 +18,8 @@ pub struct Fleet {
     started: usize,
     /// Processes found exited without being killed by the chaos (then replaced).
     pub unexpected_exits: usize,
+    /// Instances killed or found exited whose shards `consumer gc` has not collected yet.
+    pub killed: Vec<String>,
 }
 
 /// The `highwater` binary: `$HIGHWATER_BIN`, else next to the running executable (`target/<profile>/`
@@ -42,8 +44,15 @@ pub fn highwater_bin() -> Result<PathBuf> {
 
 impl Fleet {
     pub fn start(bin: PathBuf, url: String, logs: &Path, size: usize) -> Result<Fleet> {
-        let mut fleet =
-            Fleet { bin, url, logs: logs.to_path_buf(), procs: Vec::new(), started: 0, unexpected_exits: 0 };
+        let mut fleet = Fleet {
+            bin,
+            url,
+            logs: logs.to_path_buf(),
+            procs: Vec::new(),
+            started: 0,
+            unexpected_exits: 0,
+            killed: Vec::new(),
+        };
         for _ in 0..size {
             fleet.spawn()?;
         }
@@ -69,6 +78,7 @@ impl Fleet {
         let victim = rand::random_range(0..self.procs.len());
         let mut p = self.procs.swap_remove(victim);
         p.kill();
+        self.killed.push(p.name().to_owned());
         self.spawn()?;
         Ok(p.name().to_owned())
     }
@@ -82,6 +92,7 @@ impl Fleet {
                 let p = self.procs.swap_remove(i);
                 tails.push(format!("{} exited ({status}):\n{}", p.name(), p.log_tail(5)));
                 self.unexpected_exits += 1;
+                self.killed.push(p.name().to_owned());
                 self.spawn()?;
             } else {
                 i += 1;

@@ -7,13 +7,21 @@
 //! Consumers: `chaos-sql`, a shared SQL sink (exactly once: no loss, no duplicate), `chaos-log`, a
 //! shared log sink to a file (at least once: no loss, duplicates bounded by one batch per
 //! interruption), and `chaos-pi`, a PerInstance SQL sink (each process from its start: no gap, no
-//! duplicate).
+//! duplicate). Operator commands run meanwhile on their own clocks (`ops`), each on a consumer of
+//! its own: `chaos-rw` is rewound, `chaos-poison` stops on poison events that are skipped,
+//! `chaos-toggle` is disabled and enabled, `chaos-dead`'s sink breaks until it is dead and it is
+//! restarted; `events prune` keeps deleting what every shard has passed, and `consumer gc`
+//! collects the shards of the killed instances. The cluster starts a little below a power of ten
+//! of transaction ids (`--xid-boundary`), which the run crosses while all this goes on.
 pub mod audit;
+pub mod boundary;
 pub mod faults;
 pub mod fleet;
 pub mod load;
+pub mod ops;
 
 use std::{
+    collections::{BTreeMap, BTreeSet},
     fmt,
     sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
@@ -65,6 +73,61 @@ pub struct Config {
     /// How long the consumers get to catch up once the faults stop.
     #[arg(long, default_value = "180s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// The transaction id the run crosses: a power of ten (10^10 is at epoch 2, where xid8 values
+    /// exceed 2^32).
+    #[arg(long, default_value_t = 100_000)]
+    pub xid_boundary: u64,
+    /// The cluster starts this many transaction ids below the boundary.
+    #[arg(long, default_value_t = 20_000)]
+    pub xid_lead: u64,
+    /// `events prune` runs about this often (±50%), with a cut-off twice `--prune-lag` behind the
+    /// writers, then once behind the slowest shard...
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    pub prune_every: Duration,
+    /// ... deleting the events older than this (the cut-off keeps catching up with the writers).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub prune_lag: Duration,
+    /// Events deleted per prune transaction (one batch usually holds every candidate).
+    #[arg(long, default_value_t = 5000)]
+    pub prune_batch: i64,
+    /// `consumer rewind chaos-rw` about this often, to a time and to latest in turn.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub rewind_every: Duration,
+    /// How far back a rewind to a time goes at most.
+    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    pub rewind_back: Duration,
+    /// A poison event is appended about this often.
+    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    pub poison_every: Duration,
+    /// `consumer skip chaos-poison` about this often.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub skip_every: Duration,
+    /// `consumer disable`/`enable chaos-toggle` about this often.
+    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    pub toggle_every: Duration,
+    /// `consumer gc` of the killed instances about this often.
+    #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+    pub gc_every: Duration,
+    /// `chaos-dead`'s sink breaks (until the shard is dead, then `consumer restart`) about this often.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub dead_every: Duration,
+}
+
+impl Config {
+    fn clocks(&self) -> ops::Clocks {
+        ops::Clocks {
+            prune_every: self.prune_every,
+            prune_lag: self.prune_lag,
+            prune_batch: self.prune_batch,
+            rewind_every: self.rewind_every,
+            rewind_back: self.rewind_back,
+            poison_every: self.poison_every,
+            skip_every: self.skip_every,
+            toggle_every: self.toggle_every,
+            gc_every: self.gc_every,
+            dead_every: self.dead_every,
+        }
+    }
 }
 
 /// The figures of one run.
@@ -89,6 +152,18 @@ pub struct Report {
     pub sql: Delivery,
     pub log: Delivery,
     pub per_instance: Delivery,
+    pub poison: Delivery,
+    pub dead: Delivery,
+    pub toggle: Delivery,
+    pub rewinds: audit::RewindAudit,
+    /// The operations, by name: how many ran, were refused (by reason), failed.
+    pub ops: BTreeMap<&'static str, ops::OpCount>,
+    pub deleted: usize,
+    /// Deleted events a shard that was not disabled had not passed.
+    pub early_deletions: Vec<String>,
+    pub skip_problems: Vec<String>,
+    pub crossing: boundary::Crossing,
+    pub watch_rewinds: u64,
 }
 
 impl Report {
@@ -106,7 +181,10 @@ impl Report {
     /// Every broken promise; empty when the run passed.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
-        for d in [&self.sql, &self.log, &self.per_instance] {
+        for d in [&self.sql, &self.log, &self.per_instance, &self.poison, &self.dead, &self.toggle] {
+            if d.unexpected > 0 {
+                v.push(format!("{}: {} deliveries of events it must not get (skipped)", d.consumer, d.unexpected));
+            }
             if d.lost > 0 {
                 v.push(format!("{}: {} committed events never delivered {:?}", d.consumer, d.lost, d.gaps));
             }
@@ -117,7 +195,7 @@ impl Report {
                 v.push(format!("{}: {} torn lines", d.consumer, d.torn));
             }
         }
-        for d in [&self.sql, &self.per_instance] {
+        for d in [&self.sql, &self.per_instance, &self.poison, &self.dead, &self.toggle] {
             if d.duplicates > 0 {
                 v.push(format!("{}: {} events applied twice by an exactly-once sink", d.consumer, d.duplicates));
             }
@@ -134,6 +212,18 @@ impl Report {
             v.push("the cursor watch took no sample".into());
         }
         v.extend(self.cursor_regressions.iter().map(|r| format!("cursor moved backwards: {r}")));
+        if !self.early_deletions.is_empty() {
+            v.push(format!(
+                "events prune deleted {} events before every shard that is not disabled had passed them; the first: {}",
+                self.early_deletions.len(),
+                self.early_deletions.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            ));
+        }
+        v.extend(self.rewinds.problems.iter().map(|p| format!("{}: {p}", ops::RW_CONSUMER)));
+        v.extend(self.skip_problems.iter().cloned());
+        if !self.crossing.crossed() {
+            v.push(format!("the run did not cross transaction id {}: {:?}", self.crossing.boundary, self.crossing));
+        }
         v
     }
 }
@@ -162,9 +252,52 @@ impl fmt::Display for Report {
         writeln!(f, "  drained in           {:.1?} after the faults stopped", self.drained_in)?;
         writeln!(
             f,
-            "  cursor samples       {} ({} moves backwards)",
+            "  cursor samples       {} ({} moves backwards; {} rewinds made by the run)",
             self.cursor_samples,
-            self.cursor_regressions.len()
+            self.cursor_regressions.len(),
+            self.watch_rewinds
+        )?;
+        let x = &self.crossing;
+        writeln!(
+            f,
+            "  transaction ids      {} -> {} (epoch {} -> {}), boundary {}: {} ({} events below it, {} at or above; {} ids used up by the harness)",
+            x.start_xid,
+            x.end_xid,
+            x.start_xid >> 32,
+            x.end_xid >> 32,
+            x.boundary,
+            x.crossed_after.map_or("NOT crossed".to_owned(), |d| format!("crossed {d:.1?} into the run")),
+            x.events_below,
+            x.events_above,
+            x.burned
+        )?;
+        writeln!(f, "  operations           (ran / refused / failed)")?;
+        for (name, c) in &self.ops {
+            let why: Vec<String> = c.refused.iter().map(|(r, n)| format!("{n}x {r}")).collect();
+            writeln!(
+                f,
+                "    {name:<28} {:>4} / {:>4} / {:>3}  (affected {}){}",
+                c.ran,
+                c.refusals(),
+                c.failed,
+                c.affected,
+                if why.is_empty() { String::new() } else { format!(": {}", why.join("; ")) }
+            )?;
+        }
+        writeln!(
+            f,
+            "  retention            {} events deleted, {} before every live shard had passed them",
+            self.deleted,
+            self.early_deletions.len()
+        )?;
+        writeln!(
+            f,
+            "  rewinds ({})     {} windows checked, {} events delivered again after rewinds to a time, {} deliveries after rewinds to latest, {} problems",
+            ops::RW_CONSUMER,
+            self.rewinds.windows_checked,
+            self.rewinds.redelivered_after_time,
+            self.rewinds.deliveries_after_latest,
+            self.rewinds.problems.len()
         )?;
         if let Some((held, committed)) = self.long_transaction {
             let end = if committed { "committed" } else { "rolled back by a restart" };
@@ -174,11 +307,14 @@ impl fmt::Display for Report {
             (&self.sql, "shared SQL sink, exactly once"),
             (&self.log, "shared log sink, at least once"),
             (&self.per_instance, "PerInstance SQL sink, exactly once per process"),
+            (&self.poison, "skips of poison events, exactly once otherwise"),
+            (&self.dead, "dead and restarted, exactly once"),
+            (&self.toggle, "disabled and enabled, exactly once"),
         ] {
             writeln!(
                 f,
-                "  {:<10} ({kind}): lost {}, duplicates {}, phantom {}, torn {}",
-                d.consumer, d.lost, d.duplicates, d.phantom, d.torn
+                "  {:<12} ({kind}): lost {}, duplicates {}, phantom {}, torn {}, unexpected {}",
+                d.consumer, d.lost, d.duplicates, d.phantom, d.torn, d.unexpected
             )?;
         }
         write!(
@@ -194,21 +330,95 @@ const SQL_CONSUMER: &str = "chaos-sql";
 const LOG_CONSUMER: &str = "chaos-log";
 const PI_CONSUMER: &str = "chaos-pi";
 
+/// What one audit found.
+struct Audited {
+    events: usize,
+    sql: Delivery,
+    log: Delivery,
+    pi: Delivery,
+    poison: Delivery,
+    dead: Delivery,
+    toggle: Delivery,
+    rewinds: audit::RewindAudit,
+    deleted: usize,
+    early: Vec<String>,
+    skips: Vec<String>,
+    below: usize,
+    above: usize,
+}
+
+impl Audited {
+    fn all_in(&self) -> bool {
+        [&self.sql, &self.log, &self.pi, &self.poison, &self.dead, &self.toggle].iter().all(|d| d.lost == 0)
+            && self.rewinds.behind == 0
+    }
+}
+
+async fn audit_all(
+    admin: &sqlx::PgPool,
+    log_file: &std::path::Path,
+    running: &[String],
+    log: &ops::OpsLog,
+    boundary: u64,
+) -> Result<Audited> {
+    let all = audit::all_events(admin).await?;
+    let committed = &all.ids;
+    let skipped = log.skipped();
+    let not_poison: BTreeSet<i64> =
+        committed.iter().copied().filter(|id| !all.by_id[id].poison && !skipped.contains(id)).collect();
+    let toggle_owed: BTreeSet<i64> = committed
+        .iter()
+        .copied()
+        .filter(|id| {
+            !all.by_id[id]
+                .unpassed
+                .iter()
+                .any(|u| u.starts_with(&format!("{}/__shared__:disabled ", ops::TOGGLE_CONSUMER)))
+        })
+        .collect();
+    Ok(Audited {
+        events: committed.len(),
+        sql: audit::sql_sink(admin, SQL_CONSUMER, "chaos_applied", committed).await?,
+        log: audit::log_sink(LOG_CONSUMER, log_file, committed)?,
+        pi: audit::per_instance(admin, PI_CONSUMER, "chaos_pi", running).await?,
+        poison: audit::sql_sink_expecting(admin, ops::POISON_CONSUMER, "chaos_poison", &not_poison, committed).await?,
+        dead: audit::sql_sink(admin, ops::DEAD_CONSUMER, "chaos_dead", committed).await?,
+        toggle: audit::sql_sink_expecting(admin, ops::TOGGLE_CONSUMER, "chaos_toggle", &toggle_owed, committed).await?,
+        rewinds: audit::rewinds(admin, "chaos_rw", &all, &log.rewinds()).await?,
+        deleted: all.by_id.values().filter(|e| e.deleted_at.is_some()).count(),
+        early: audit::early_deletions(&all),
+        skips: audit::skips(admin, ops::POISON_CONSUMER, "chaos_poison", &skipped).await?,
+        below: all.by_id.values().filter(|e| e.pos.tx < boundary).count(),
+        above: all.by_id.values().filter(|e| e.pos.tx >= boundary).count(),
+    })
+}
+
 /// Runs the chaos and the audit; the report says whether every promise held
 /// ([`Report::violations`]). `work` gets each dispatcher's log and the log sink's file.
 pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let bin = fleet::highwater_bin()?;
-    let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.context("starting PostgreSQL")?;
+    let start_xid = config.xid_boundary.checked_sub(config.xid_lead).context("--xid-lead is above --xid-boundary")?;
+    let pg = EmbeddedPostgres::start(EmbeddedOptions { next_xid: Some(start_xid), ..Default::default() })
+        .await
+        .context("starting PostgreSQL")?;
     let admin = highwater::db::connect(&pg.url(), 10).await?;
     highwater::db::migrate(&admin).await?;
     highwater::event_types::register(&admin, load::EVENT_TYPE, None, None).await?;
     sqlx::raw_sql(
         "CREATE TABLE chaos_applied (event_id bigint NOT NULL);
-         CREATE TABLE chaos_pi (instance_id text NOT NULL, event_id bigint NOT NULL);",
+         CREATE TABLE chaos_pi (instance_id text NOT NULL, event_id bigint NOT NULL);
+         CREATE TABLE chaos_rw (seq bigserial PRIMARY KEY, event_id bigint NOT NULL);
+         CREATE TABLE chaos_poison (event_id bigint NOT NULL, poison boolean NOT NULL CHECK (NOT poison));
+         CREATE TABLE chaos_toggle (event_id bigint NOT NULL);
+         CREATE TABLE chaos_dead (event_id bigint NOT NULL, ok boolean NOT NULL CHECK (ok));
+         CREATE TABLE chaos_switch (broken boolean NOT NULL);
+         INSERT INTO chaos_switch VALUES (false);",
     )
     .execute(&admin)
     .await?;
+    sqlx::raw_sql(audit::DELETION_TRIGGER).execute(&admin).await?;
     let log_file = work.join("chaos-log.jsonl");
+    let retry = "maxAttempts: 2, backoff: {initial: 100ms, max: 200ms}";
     let consumers = format!(
         "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {SQL_CONSUMER}}}\n\
          spec: {{delivery: Shared, batchSize: {b}, sink: {{sql: {{statement: 'INSERT INTO chaos_applied VALUES ($2)'}}}}}}\n\
@@ -216,12 +426,31 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
          spec: {{delivery: Shared, batchSize: {b}, sink: {{log: {{target: '{}'}}}}}}\n\
          ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {PI_CONSUMER}}}\n\
          spec: {{delivery: PerInstance, batchSize: {b}, sink: {{sql: {{statement: \"INSERT INTO chaos_pi \
-         VALUES (current_setting('highwater.instance_id'), $2)\"}}}}}}\n",
+         VALUES (current_setting('highwater.instance_id'), $2)\"}}}}}}\n\
+         ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {rw}}}\n\
+         spec: {{delivery: Shared, batchSize: {b}, sink: {{sql: {{statement: 'INSERT INTO chaos_rw (event_id) VALUES ($2)'}}}}}}\n\
+         ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {poison}}}\n\
+         spec: {{delivery: Shared, batchSize: {b}, {retry}, sink: {{sql: {{statement: \"INSERT INTO chaos_poison \
+         VALUES ($2, coalesce(($1->>'poison')::boolean, false))\"}}}}}}\n\
+         ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {toggle}}}\n\
+         spec: {{delivery: Shared, batchSize: {b}, sink: {{sql: {{statement: 'INSERT INTO chaos_toggle VALUES ($2)'}}}}}}\n\
+         ---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {dead}}}\n\
+         spec: {{delivery: Shared, batchSize: {b}, {retry}, sink: {{sql: {{statement: 'INSERT INTO chaos_dead \
+         SELECT $2, NOT broken FROM chaos_switch'}}}}}}\n",
         log_file.display(),
-        b = config.batch_size
+        b = config.batch_size,
+        rw = ops::RW_CONSUMER,
+        poison = ops::POISON_CONSUMER,
+        toggle = ops::TOGGLE_CONSUMER,
+        dead = ops::DEAD_CONSUMER,
     );
     let defs = highwater::definitions::parse(&consumers, "chaos")?;
     highwater::definitions::apply(&admin, &defs).await?;
+    let crossing = Arc::new(std::sync::Mutex::new(boundary::Crossing {
+        boundary: config.xid_boundary,
+        start_xid: boundary::next_xid(&admin).await?,
+        ..Default::default()
+    }));
 
     let proxy = Arc::new(Proxy::start(([127, 0, 0, 1], pg.port()).into()).await?);
     let through_proxy = format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port());
@@ -233,10 +462,13 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let stop_watch = CancellationToken::new();
     let load_counters = Arc::new(LoadCounters::default());
     let faults = Arc::new(FaultCounters::default());
+    let ops_log = Arc::new(ops::OpsLog::default());
     let watch = CursorWatch::default();
     let watcher = watch.spawn(admin.clone(), Duration::from_millis(200), stop_watch.clone());
+    let crossing_watch =
+        boundary::watch(admin.clone(), config.xid_boundary, config.duration, crossing.clone(), stop_watch.clone());
     let mut writers = load::start(admin.clone(), config.writers, stop_load.clone(), load_counters.clone());
-    let fault_tasks = [
+    let mut fault_tasks = vec![
         tokio::spawn(faults::kill_dispatchers(fleet.clone(), config.kill_every, faults.clone(), stop_faults.clone())),
         tokio::spawn(faults::restart_postgres(
             pg.clone(),
@@ -252,6 +484,14 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
             stop_faults.clone(),
         )),
     ];
+    fault_tasks.extend(ops::spawn_all(
+        admin.clone(),
+        fleet.clone(),
+        watch.clone(),
+        config.clocks(),
+        ops_log.clone(),
+        stop_faults.clone(),
+    ));
     let long_tx = (!config.hold_transaction.is_zero())
         .then(|| tokio::spawn(load::hold_transaction(admin.clone(), config.duration / 4, config.hold_transaction)));
     tokio::time::sleep(config.duration).await;
@@ -266,28 +506,35 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         None => None,
     };
 
-    // Drain: wait until every consumer holds every committed event (or the timeout).
+    // Drain: the operations put every consumer back to delivering (enable, repair and restart,
+    // skip the poison events left, collect the killed instances' shards), then wait until every
+    // consumer holds every committed event (or the timeout).
     let drain_start = Instant::now();
-    let audit_all = |running: Vec<String>| {
-        let admin = admin.clone();
-        let log_file = log_file.clone();
-        async move {
-            let committed = audit::committed(&admin).await?;
-            let sql = audit::sql_sink(&admin, SQL_CONSUMER, "chaos_applied", &committed).await?;
-            let log = audit::log_sink(LOG_CONSUMER, &log_file, &committed)?;
-            let pi = audit::per_instance(&admin, PI_CONSUMER, "chaos_pi", &running).await?;
-            anyhow::Ok((committed.len(), sql, log, pi))
-        }
-    };
-    let all_in = |a: &(usize, Delivery, Delivery, Delivery)| a.1.lost == 0 && a.2.lost == 0 && a.3.lost == 0;
+    ops::enable_toggle(&admin, &ops_log).await;
     let drained = loop {
         let running = {
             let mut f = fleet.lock().await;
             f.replace_exited()?;
             f.running()
         };
-        let a = audit_all(running).await?;
-        if all_in(&a) || drain_start.elapsed() > config.drain_timeout {
+        ops::repair_dead(&admin, &ops_log).await;
+        let failing: Option<i64> = sqlx::query_scalar(
+            "SELECT failing_event_id FROM highwater.consumer_shards WHERE consumer = $1 AND status = 'dead'",
+        )
+        .bind(ops::POISON_CONSUMER)
+        .fetch_optional(&admin)
+        .await
+        .ok()
+        .flatten()
+        .flatten();
+        if failing.is_some() {
+            ops::skip_once(&admin, &ops_log).await;
+        }
+        if !fleet.lock().await.killed.is_empty() {
+            ops::gc_once(&admin, &fleet, &ops_log, false).await;
+        }
+        let a = audit_all(&admin, &log_file, &running, &ops_log, config.xid_boundary).await?;
+        if a.all_in() || drain_start.elapsed() > config.drain_timeout {
             break a;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -303,10 +550,19 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let _ = watch.sample(&admin).await;
     stop_watch.cancel();
     watcher.await?;
-    let (events, sql, log, per_instance) = if all_in(&drained) { audit_all(running).await? } else { drained };
+    crossing_watch.await?;
+    let a = if drained.all_in() {
+        audit_all(&admin, &log_file, &running, &ops_log, config.xid_boundary).await?
+    } else {
+        drained
+    };
+    let mut crossing = crossing.lock().expect("crossing lock").clone();
+    crossing.end_xid = boundary::next_xid(&admin).await?;
+    crossing.events_below = a.below;
+    crossing.events_above = a.above;
     Ok(Report {
         config,
-        events,
+        events: a.events,
         committed_tx: load_counters.committed_tx.load(Ordering::Relaxed),
         failed_tx: load_counters.failed_tx.load(Ordering::Relaxed),
         kills: faults.kills.load(Ordering::Relaxed),
@@ -319,8 +575,18 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         cursor_samples: watch.samples(),
         cursor_regressions: watch.regressions(),
         long_transaction,
-        sql,
-        log,
-        per_instance,
+        sql: a.sql,
+        log: a.log,
+        per_instance: a.pi,
+        poison: a.poison,
+        dead: a.dead,
+        toggle: a.toggle,
+        rewinds: a.rewinds,
+        ops: ops_log.counts(),
+        deleted: a.deleted,
+        early_deletions: a.early,
+        skip_problems: a.skips,
+        crossing,
+        watch_rewinds: watch.rewinds(),
     })
 }
