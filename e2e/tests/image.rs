@@ -185,6 +185,20 @@ fn chart_and_dockerfile_versions_are_the_crate_version() {
     );
 }
 
+/// `helm package` of the chart at the crate version: the archive a release publishes beside the
+/// image of the same version.
+#[test]
+fn helm_package_has_the_crate_version() {
+    let out = tempfile::tempdir().unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    let mut package = std::process::Command::new(highwater_e2e::helm::helm().expect("helm"));
+    package.args(["package", "--version", version, "--app-version", version, "-d"]);
+    package.arg(out.path()).arg(highwater_e2e::helm::chart_dir());
+    output_ok(package).expect("helm package");
+    let archive = out.path().join(format!("highwater-{version}.tgz"));
+    assert!(archive.is_file(), "helm package wrote {}", archive.display());
+}
+
 fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
