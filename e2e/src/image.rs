@@ -299,15 +299,38 @@ impl Engine {
     }
 
     fn remove_other_tags(&self, repository: &str, keep: &str) {
-        let Ok(list) = self.podman_ok(&["images", "--format", "{{.Repository}}:{{.Tag}}", repository]) else { return };
+        let list = self.podman_ok(&["images", "--format", "{{.Repository}}:{{.Tag}}", repository]).unwrap_or_default();
         for old in list.lines().map(str::trim).filter(|l| !l.is_empty() && *l != keep) {
             let _ = self.podman_ok(&["rmi", "--force", old]);
+        }
+        // Sizes measured for images that are gone.
+        let ids = self.podman_ok(&["images", "--no-trunc", "--format", "{{.Id}}"]).unwrap_or_default();
+        for entry in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_prefix("size-")
+                && !ids.contains(id)
+            {
+                let _ = fs::remove_file(entry.path());
+            }
         }
     }
 
     /// The image as `podman save` writes it (docker-archive), gzip-compressed, in bytes: about
     /// what a registry stores and a node pulls.
+    /// Kept beside the storage per image name (tags are content hashes), since measuring takes
+    /// seconds.
     pub fn compressed_size(&self, image: &str) -> Result<u64> {
+        let id = self.podman_ok(&["image", "inspect", "--format", "{{.Id}}", image])?;
+        let cached = self.dir.join(format!("size-{id}"));
+        if let Some(n) = fs::read_to_string(&cached).ok().and_then(|s| s.trim().parse().ok()) {
+            return Ok(n);
+        }
+        let n = self.measure_compressed_size(image)?;
+        write_atomically(&cached, &n.to_string())?;
+        Ok(n)
+    }
+
+    fn measure_compressed_size(&self, image: &str) -> Result<u64> {
         let dir = tempfile::tempdir()?;
         let archive = dir.path().join("image.tar");
         self.podman_ok(&["save", "--quiet", "-o", archive.to_str().context("path")?, image])?;
