@@ -17,7 +17,8 @@
 //! [`user`] is one identity's kubeconfig, `kubectl` and client, [`control_plane`] puts them
 //! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
 //! charts, [`prometheus`] runs a real Prometheus and queries it, [`pod_monitor`] turns a PodMonitor
-//! into its scrape targets. [`chaos`] (faults under load, then an audit; the `chaos` binary and
+//! into its scrape targets. [`image`] builds the container image from the repository's Dockerfile
+//! with buildah and runs it with podman, offline. [`chaos`] (faults under load, then an audit; the `chaos` binary and
 //! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
 //! black-holes or slows their database connections (docs/reliability.md).
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
@@ -32,6 +33,7 @@ pub mod controller_manager;
 pub mod etcd;
 pub mod gomod;
 pub mod helm;
+pub mod image;
 pub mod kubeconfig;
 pub mod kwok;
 pub mod pki;
