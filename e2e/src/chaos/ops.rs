@@ -100,8 +100,9 @@ impl OpsLog {
                     c.affected += n;
                 })
             }
-            Err(Error::Refused(msg)) => {
-                let why = reason(msg);
+            Err(Error::Refused(refusal)) => {
+                let msg = refusal.to_string();
+                let why = reason(&msg);
                 eprintln!("chaos: {op} refused: {}", msg.lines().next().unwrap_or_default());
                 self.count(op, |c| *c.refused.entry(why).or_default() += 1)
             }
