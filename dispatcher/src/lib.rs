@@ -31,6 +31,11 @@ pub mod error;
 pub mod logging;
 pub mod shutdown;
 
+/// "<crate version> (<git revision>)", as `highwater --version` and `highwater-operator
+/// --version` print it (the workspace gives both crates one version; `build.rs` finds the
+/// revision).
+pub const VERSION: &str = env!("HIGHWATER_VERSION");
+
 pub use devtools::{embedded, quickstart};
 pub use engine::{dispatch, http, instance, metrics, sink, sse};
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{context, controller, http, leader, metrics::Metrics, pods};
 
 #[derive(Parser, Debug)]
-#[command(name = "highwater-operator", version = env!("HIGHWATER_VERSION"), about = "Kubernetes operator for highwater EventConsumers")]
+#[command(name = "highwater-operator", version = highwater::VERSION, about = "Kubernetes operator for highwater EventConsumers")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

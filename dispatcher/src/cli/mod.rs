@@ -14,7 +14,7 @@ pub use crate::logging::{LogFormat, init_tracing};
 use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart, shutdown::shutdown_signal};
 
 #[derive(Parser, Debug)]
-#[command(name = "highwater", version = env!("HIGHWATER_VERSION"), about = "Gap-free post-commit event delivery from PostgreSQL")]
+#[command(name = "highwater", version = crate::VERSION, about = "Gap-free post-commit event delivery from PostgreSQL")]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

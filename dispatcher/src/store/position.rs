@@ -8,8 +8,8 @@ use sqlx::{
 };
 
 /// A PostgreSQL `xid8`: a 64-bit transaction id (epoch in the high 32 bits), decoded and bound
-/// as a number. Positions never travel as text: a text column sorts `'9999'` after `'10000'`,
-/// and `ORDER BY tx_id` next to a `tx_id::text` output column sorts that text.
+/// as a number. Positions never travel as text: text sorts `'9999'` after `'10000'`, and
+/// `ORDER BY tx_id` next to an output column that casts `tx_id` to text sorts that text.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Xid8(pub u64);
 

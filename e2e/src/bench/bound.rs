@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use super::db::ScenarioDb;
 
 const SCRIPT: &str = r#"BEGIN;
-SELECT cursor_tx::text AS ctx, cursor_id AS cid FROM bench_bound_cursor WHERE client = :client_id FOR UPDATE \gset
+SELECT cursor_tx AS ctx, cursor_id AS cid FROM bench_bound_cursor WHERE client = :client_id FOR UPDATE \gset
 WITH b AS (
   SELECT id, tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata, created_at
     FROM highwater.events

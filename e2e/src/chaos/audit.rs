@@ -79,8 +79,8 @@ CREATE FUNCTION chaos_record_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO chaos_deleted
     SELECT g.id, g.tx_id, g.created_at, coalesce((g.payload->>'poison')::boolean, false), clock_timestamp(),
-           coalesce((SELECT array_agg(s.consumer || '/' || s.instance_id || ':' || s.status || ' at '
-                                      || s.cursor_tx::text || '/' || s.cursor_id)
+           coalesce((SELECT array_agg(format('%s/%s:%s at %s/%s',
+                                             s.consumer, s.instance_id, s.status, s.cursor_tx, s.cursor_id))
                        FROM highwater.consumer_shards s
                       WHERE (s.cursor_tx, s.cursor_id) < (g.tx_id, g.id)), '{}')
       FROM gone g;
