@@ -156,10 +156,9 @@ async fn a_shard_in_the_middle_blocks_the_whole_prune() {
     );
 }
 
-/// Invariant 2, one way: a shard registered while a prune's transaction is open waits for it
-/// to commit, so it can never be created between the prune's check and its delete.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn registration_waits_for_a_prune_in_progress() {
+/// A per-instance consumer `late` that starts from the earliest event, none of its shards
+/// registered yet, and three `order` events created 40 days ago.
+async fn late_consumer_and_three_old_events() -> TestDb {
     let db = setup(&["Tick"]).await;
     apply(
         &db.pool,
@@ -167,6 +166,14 @@ async fn registration_waits_for_a_prune_in_progress() {
     )
     .await;
     old_events(&db.pool, "order", 3, 40).await;
+    db
+}
+
+/// Invariant 2, one way: a shard registered while a prune's transaction is open waits for it
+/// to commit, so it can never be created between the prune's check and its delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_waits_for_a_prune_in_progress() {
+    let db = late_consumer_and_three_old_events().await;
     let criteria = retention::Criteria {
         cutoff: chrono::Utc::now() - chrono::Duration::days(30),
         stream_types: Some(vec!["order".into()]),
@@ -198,13 +205,7 @@ async fn registration_waits_for_a_prune_in_progress() {
 /// uncommitted shard and would delete the events it is about to need.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prune_refuses_a_shard_registered_just_before_it() {
-    let db = setup(&["Tick"]).await;
-    apply(
-        &db.pool,
-        &consumer("late", "delivery: PerInstance\nstartFrom: earliest\nsink: {sql: {statement: 'SELECT 1'}}"),
-    )
-    .await;
-    old_events(&db.pool, "order", 3, 40).await;
+    let db = late_consumer_and_three_old_events().await;
     let mut register = db.pool.begin().await.unwrap();
     assert!(shards::register(&mut register, "late", "pod-1", None).await.unwrap());
 

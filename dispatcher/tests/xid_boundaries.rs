@@ -36,6 +36,16 @@ async fn append_one(pool: &PgPool, stream: &str, payload: serde_json::Value) -> 
     (id, position_of(pool, id).await)
 }
 
+/// `n` events, one per transaction, on distinct streams, starting `margin` ids below `boundary`.
+async fn events_across(db: &TestDb, boundary: u64, margin: u64, n: usize) -> Vec<(i64, Position)> {
+    edge(db, boundary, margin).await;
+    let mut events = Vec::new();
+    for i in 0..n {
+        events.push(append_one(&db.pool, &i.to_string(), json!({})).await);
+    }
+    events
+}
+
 async fn position_of(pool: &PgPool, id: i64) -> Position {
     let tx: Xid8 =
         sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_one(pool).await.unwrap();
@@ -160,11 +170,7 @@ async fn delivery_survives_kills(boundary: u64) {
 async fn retention_never_deletes_what_a_shard_needs(boundary: u64) {
     let db = below(boundary, &["Tick"]).await;
     apply(&db.pool, &consumer("lagging", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}")).await;
-    edge(&db, boundary, 10).await;
-    let mut events = Vec::new();
-    for i in 0..20 {
-        events.push(append_one(&db.pool, &i.to_string(), json!({})).await);
-    }
+    let events = events_across(&db, boundary, 10, 20).await;
     sqlx::query("UPDATE highwater.events SET created_at = now() - interval '40 days'").execute(&db.pool).await.unwrap();
     let positions: Vec<Position> = events.iter().map(|e| e.1).collect();
     assert_crosses(boundary, &positions);
@@ -201,11 +207,7 @@ async fn retention_never_deletes_what_a_shard_needs(boundary: u64) {
 async fn rewind_lands_on_the_real_positions(boundary: u64) {
     let db = below(boundary, &["Tick"]).await;
     apply(&db.pool, &consumer("r", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}")).await;
-    edge(&db, boundary, 10).await;
-    let mut events = Vec::new();
-    for i in 0..15 {
-        events.push(append_one(&db.pool, &i.to_string(), json!({})).await);
-    }
+    let events = events_across(&db, boundary, 10, 15).await;
     // The first five are an hour old; the rest, from just below the boundary on, are new.
     for (id, _) in &events[..5] {
         sqlx::query("UPDATE highwater.events SET created_at = now() - interval '1 hour' WHERE id = $1")
@@ -278,11 +280,7 @@ async fn gc_of_a_dead_instance_unblocks_prune(boundary: u64) {
     let mut conn = db.pool.acquire().await.unwrap();
     shards::register(&mut conn, "p", "gone", None).await.unwrap();
     drop(conn);
-    edge(&db, boundary, 5).await;
-    let mut events = Vec::new();
-    for i in 0..10 {
-        events.push(append_one(&db.pool, &i.to_string(), json!({})).await);
-    }
+    let events = events_across(&db, boundary, 5, 10).await;
     sqlx::query("UPDATE highwater.events SET created_at = now() - interval '40 days'").execute(&db.pool).await.unwrap();
     sqlx::query("UPDATE highwater.consumer_shards SET heartbeat_at = now() - interval '2 hours'")
         .execute(&db.pool)
@@ -327,11 +325,7 @@ async fn sse_resumes_across(boundary: u64) {
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start_with_env(&db.url, "sse", logs.path(), &[("HIGHWATER_SSE_TOKENS", "t0k3n")]);
     wait_registered(&db.pool, "live", 1).await;
-    edge(&db, boundary, 8).await;
-    let mut events = Vec::new();
-    for i in 0..16 {
-        events.push(append_one(&db.pool, &i.to_string(), json!({})).await);
-    }
+    let events = events_across(&db, boundary, 8, 16).await;
     let positions: Vec<Position> = events.iter().map(|e| e.1).collect();
     assert_crosses(boundary, &positions);
     let last_seen = events.iter().rev().find(|e| e.1.tx < boundary).unwrap().0;

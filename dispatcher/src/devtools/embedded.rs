@@ -164,17 +164,25 @@ impl EmbeddedPostgres {
         c
     }
 
-    fn initdb(&self) -> Result<()> {
+    /// Runs a server program on the data directory (its last argument); fails with its stderr.
+    fn run_on_data_dir(&self, program: &str, args: &[&str]) -> Result<()> {
         let out = self
-            .command("initdb")
-            .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions", "-D"])
+            .command(program)
+            .args(args)
             .arg(self.data_dir())
             .output()
-            .map_err(Error::io("running initdb"))?;
+            .map_err(Error::io(format!("running {program}")))?;
         if !out.status.success() {
-            return Err(Error::Embedded(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(Error::Embedded(format!("{program} failed: {}", String::from_utf8_lossy(&out.stderr))));
         }
         Ok(())
+    }
+
+    fn initdb(&self) -> Result<()> {
+        self.run_on_data_dir(
+            "initdb",
+            &["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions", "-D"],
+        )
     }
 
     /// `pg_resetwal -x/-e` on the stopped cluster. The commit-log segment that holds the new id
@@ -227,16 +235,7 @@ impl EmbeddedPostgres {
                 f.set_len(32 * 8192).map_err(Error::io("extending a pg_xact segment"))?;
             }
         }
-        let out = self
-            .command("pg_resetwal")
-            .args(["-x", &xid.to_string(), "-e", &epoch.to_string(), "-D"])
-            .arg(self.data_dir())
-            .output()
-            .map_err(Error::io("running pg_resetwal"))?;
-        if !out.status.success() {
-            return Err(Error::Embedded(format!("pg_resetwal failed: {}", String::from_utf8_lossy(&out.stderr))));
-        }
-        Ok(())
+        self.run_on_data_dir("pg_resetwal", &["-x", &xid.to_string(), "-e", &epoch.to_string(), "-D"])
     }
 
     async fn spawn(&mut self) -> Result<()> {

@@ -34,12 +34,12 @@ impl FaultCounters {
 }
 
 /// `every`, give or take half of it.
-fn jitter(every: Duration) -> Duration {
+pub(super) fn jitter(every: Duration) -> Duration {
     every.mul_f64(rand::random_range(0.5..1.5))
 }
 
 /// Sleeps `d` unless stopped first; returns whether to go on.
-async fn pause(d: Duration, stop: &CancellationToken) -> bool {
+pub(super) async fn pause(d: Duration, stop: &CancellationToken) -> bool {
     tokio::select! {
         _ = stop.cancelled() => false,
         _ = tokio::time::sleep(d) => true,

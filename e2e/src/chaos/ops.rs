@@ -20,7 +20,12 @@ use sqlx::PgPool;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::{audit::CursorWatch, fleet::Fleet, load::EVENT_TYPE};
+use super::{
+    audit::CursorWatch,
+    faults::{jitter, pause},
+    fleet::Fleet,
+    load::EVENT_TYPE,
+};
 
 pub const RW_CONSUMER: &str = "chaos-rw";
 pub const POISON_CONSUMER: &str = "chaos-poison";
@@ -163,18 +168,6 @@ fn reason(msg: &str) -> String {
         short.truncate(i);
     }
     short
-}
-
-/// `every`, give or take half of it.
-fn jitter(every: Duration) -> Duration {
-    every.mul_f64(rand::random_range(0.5..1.5))
-}
-
-async fn pause(d: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
 }
 
 /// Runs every operation on its own clock until `stop`.
