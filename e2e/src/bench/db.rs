@@ -96,6 +96,27 @@ impl ScenarioDb {
         Ok(())
     }
 
+    /// What a timeout report needs: the shards' cursors and states, and the sessions of the
+    /// whole cluster that hold a transaction id (any of them holds the fence back).
+    async fn why_behind(&self, consumers: &[String]) -> String {
+        let shards: Vec<(String, String, i64, String, Option<String>)> = sqlx::query_as(
+            "SELECT consumer, instance_id, cursor_id, status, last_error FROM highwater.consumer_shards
+              WHERE consumer = ANY($1)",
+        )
+        .bind(consumers)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap_or_default();
+        let holders: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT datname::text, state, left(query, 120) FROM pg_stat_activity
+              WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .unwrap_or_default();
+        format!("  shards: {shards:?}\n  sessions holding a transaction id: {holders:?}")
+    }
+
     /// Waits until every shard of `consumers` has its cursor at `last_id` or beyond.
     pub async fn wait_caught_up(&self, consumers: &[String], last_id: i64, timeout: Duration) -> Result<Duration> {
         let started = Instant::now();
@@ -111,7 +132,11 @@ impl ScenarioDb {
                 return Ok(started.elapsed());
             }
             if started.elapsed() > timeout {
-                bail!("{done} of {} consumers reached event {last_id} within {timeout:?}", consumers.len());
+                bail!(
+                    "{done} of {} consumers reached event {last_id} within {timeout:?}\n{}",
+                    consumers.len(),
+                    self.why_behind(consumers).await
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
