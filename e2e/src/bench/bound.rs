@@ -58,7 +58,8 @@ pub async fn drain(db: &ScenarioDb, port: u16, events: i64, batch: i64, clients:
         ],
     )?;
     let behind: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM bench_bound_cursor WHERE cursor_id < (SELECT max(id) FROM highwater.events)",
+        "SELECT count(*) FROM bench_bound_cursor
+          WHERE (cursor_tx, cursor_id) < (SELECT tx_id, id FROM highwater.events ORDER BY tx_id DESC, id DESC LIMIT 1)",
     )
     .fetch_one(&db.pool)
     .await?;

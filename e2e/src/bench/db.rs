@@ -4,7 +4,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use highwater::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use highwater::{
+    Xid8,
+    embedded::{EmbeddedOptions, EmbeddedPostgres},
+};
 use sqlx::PgPool;
 
 /// The settings printed with every table; `synchronous_commit`, `fsync` and `shared_buffers` are
@@ -117,15 +120,27 @@ impl ScenarioDb {
         format!("  shards: {shards:?}\n  sessions holding a transaction id: {holders:?}")
     }
 
-    /// Waits until every shard of `consumers` has its cursor at `last_id` or beyond.
+    /// Waits until every shard of `consumers` has passed every event up to `last_id` (all
+    /// committed). Positions, not ids: the cursor stops at the newest position `(tx_id, id)`,
+    /// whose id can be below `last_id` when concurrent writers took their transaction ids and
+    /// their event ids in opposite orders.
     pub async fn wait_caught_up(&self, consumers: &[String], last_id: i64, timeout: Duration) -> Result<Duration> {
         let started = Instant::now();
+        let target: Option<(Xid8, i64)> = sqlx::query_as(
+            "SELECT tx_id, id FROM highwater.events WHERE id <= $1 ORDER BY tx_id DESC, id DESC LIMIT 1",
+        )
+        .bind(last_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some((tx, id)) = target else { return Ok(started.elapsed()) };
         loop {
             let done: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = ANY($1) AND cursor_id >= $2",
+                "SELECT count(*) FROM highwater.consumer_shards
+                  WHERE consumer = ANY($1) AND (cursor_tx, cursor_id) >= ($2, $3)",
             )
             .bind(consumers)
-            .bind(last_id)
+            .bind(tx)
+            .bind(id)
             .fetch_one(&self.pool)
             .await?;
             if done as usize >= consumers.len() {
