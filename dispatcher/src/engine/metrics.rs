@@ -13,6 +13,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use crate::shards::Status;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabels {
     pub consumer: String,
@@ -53,8 +55,6 @@ pub struct Metrics {
     pub heartbeat_age: Family<ShardLabels, Gauge<f64, AtomicU64>>,
     pub ready: Gauge,
 }
-
-pub const STATUSES: [&str; 4] = ["idle", "processing", "dead", "disabled"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -125,12 +125,12 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    pub fn set_status(&self, consumer: &str, instance_id: &str, status: &str) {
-        for s in STATUSES {
+    pub fn set_status(&self, consumer: &str, instance_id: &str, status: Status) {
+        for s in Status::ALL {
             let labels = StatusLabels {
                 consumer: consumer.to_owned(),
                 instance_id: instance_id.to_owned(),
-                status: s.to_owned(),
+                status: s.as_str().to_owned(),
             };
             self.shard_status.get_or_create(&labels).set(i64::from(s == status));
         }
@@ -142,11 +142,11 @@ impl Metrics {
         self.lag_events.remove(&l);
         self.lag_seconds.remove(&l);
         self.attempts.remove(&l);
-        for s in STATUSES {
+        for s in Status::ALL {
             self.shard_status.remove(&StatusLabels {
                 consumer: consumer.to_owned(),
                 instance_id: instance_id.to_owned(),
-                status: s.to_owned(),
+                status: s.as_str().to_owned(),
             });
         }
     }

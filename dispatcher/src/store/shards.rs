@@ -27,6 +27,9 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, for gauges that export one series per status.
+    pub const ALL: [Status; 4] = [Status::Idle, Status::Processing, Status::Dead, Status::Disabled];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Idle => "idle",
