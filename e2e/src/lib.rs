@@ -20,13 +20,15 @@
 //! into its scrape targets. [`image`] builds the container image from the repository's Dockerfile
 //! with buildah and runs it with podman, offline. [`chaos`] (faults under load, then an audit; the `chaos` binary and
 //! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
-//! black-holes or slows their database connections (docs/reliability.md).
+//! black-holes or slows their database connections (docs/reliability.md). [`brokers`] runs real
+//! Kafka and NATS JetStream servers for the broker sinks' tests.
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
 pub mod apiserver;
 pub mod bench;
 pub mod binaries;
+pub mod brokers;
 pub mod chaos;
 pub mod control_plane;
 pub mod controller_manager;

@@ -1,0 +1,209 @@
+//! The kafka sink: one record per event through an idempotent producer (`acks=all`). A batch is
+//! queued at once and then awaited; the pass moves the cursor only when every record of the batch
+//! is acknowledged, so an interruption redelivers at most the batch it interrupted (at least
+//! once; each record carries its event id for the consumers to drop redeliveries). No
+//! transaction is open while the batch is out.
+use std::time::Duration;
+
+use async_trait::async_trait;
+use highwater_crds::{KAFKA_TOPIC_FIELDS, KafkaSink as KafkaSinkSpec, RecordKey, RecordValue};
+use rdkafka::{
+    error::{KafkaError, RDKafkaErrorCode},
+    message::{Header, OwnedHeaders},
+    producer::{FutureProducer, FutureRecord},
+};
+
+use super::{
+    DeliveryContext, Sink, SinkError,
+    record::{self, Template},
+};
+use crate::{Error, Event, Result};
+
+mod config;
+mod context;
+
+use context::{Context, LastError};
+
+pub struct KafkaSink {
+    producer: FutureProducer<Context>,
+    topic: Template,
+    key: RecordKey,
+    value: RecordValue,
+    timeout: Duration,
+    headers: Vec<(String, String)>,
+    last_error: LastError,
+}
+
+impl KafkaSink {
+    /// Builds the producer; it connects in the background, so a broker that is down fails the
+    /// first delivery (with the reason in `last_error`), not the build.
+    pub fn new(spec: &KafkaSinkSpec) -> Result<Self> {
+        let topic = Template::parse("sink.kafka.topic", &spec.topic, &KAFKA_TOPIC_FIELDS)?;
+        if let Some(t) = topic.fixed() {
+            topic_name(t).map_err(|e| Error::config(format!("sink.kafka.topic: {e}")))?;
+        }
+        let timeout = config::timeout(spec)?;
+        let last_error = LastError::default();
+        let producer = config::client_config(spec, timeout)?
+            .create_with_context(Context(last_error.clone()))
+            .map_err(|e| Error::config(format!("sink.kafka: cannot create the producer: {e}")))?;
+        Ok(KafkaSink {
+            producer,
+            topic,
+            key: spec.key.unwrap_or(RecordKey::StreamId),
+            value: spec.value.unwrap_or(RecordValue::Payload),
+            timeout,
+            headers: spec.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            last_error,
+        })
+    }
+
+    fn headers(&self, ctx: &DeliveryContext<'_>, ev: &Event) -> OwnedHeaders {
+        let own = record::headers(ctx, ev);
+        let mut h = OwnedHeaders::new_with_capacity(own.len() + self.headers.len());
+        for (k, v) in &own {
+            h = h.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        for (k, v) in &self.headers {
+            h = h.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        h
+    }
+
+    /// The error of a record that was not acknowledged, with the client's latest complaint when
+    /// the record's own error is only a timeout.
+    fn failed(&self, topic: &str, ev: &Event, e: &KafkaError) -> String {
+        let code = e.rdkafka_error_code();
+        let hint = match code {
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+                " (create the topic, or enable auto.create.topics.enable on the brokers)"
+            }
+            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => " (grant the sink's user WRITE on the topic)",
+            Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                " (raise the topic's max.message.bytes, or set properties.message.max.bytes)"
+            }
+            _ => "",
+        };
+        let mut msg = format!("kafka: topic {topic:?}: event {} not acknowledged: {e}{hint}", ev.id);
+        if matches!(code, Some(RDKafkaErrorCode::MessageTimedOut)) {
+            msg = format!(
+                "kafka: topic {topic:?}: event {} not acknowledged within {}",
+                ev.id,
+                humantime::format_duration(self.timeout)
+            );
+            if let Some(last) = self.last_error.take() {
+                msg.push_str(&format!("; last client error: {last}"));
+            }
+        }
+        msg
+    }
+}
+
+/// A Kafka topic name: 1-249 of letters, digits, '.', '_' and '-', not `.` or `..`.
+fn topic_name(t: &str) -> Result<(), String> {
+    let ok = !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{t:?} is not a Kafka topic name (1-249 letters, digits, '.', '_', '-')"))
+    }
+}
+
+#[async_trait]
+impl Sink for KafkaSink {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
+        let mut pending = Vec::with_capacity(events.len());
+        // Queue the whole batch first (the producer batches per partition), then wait for each
+        // acknowledgement in event order.
+        let mut queue_error = None;
+        for (index, ev) in events.iter().enumerate() {
+            let topic = self.topic.render(ev);
+            if let Err(e) = topic_name(&topic) {
+                queue_error = Some(SinkError { index, message: format!("kafka: event {}: topic {e}", ev.id) });
+                break;
+            }
+            let value = record::value(self.value, ctx, ev)
+                .map_err(|e| SinkError { index, message: format!("kafka: encoding event {}: {e}", ev.id) })?;
+            let key = record::key(self.key, ev);
+            let mut rec = FutureRecord::<[u8], [u8]>::to(&topic).payload(&value).headers(self.headers(ctx, ev));
+            if let Some(k) = &key {
+                rec = rec.key(k);
+            }
+            match self.producer.send_result(rec) {
+                Ok(f) => pending.push((topic, f)),
+                Err((e, _)) => {
+                    queue_error =
+                        Some(SinkError { index, message: format!("kafka: event {}: cannot queue the record: {e}", ev.id) });
+                    break;
+                }
+            }
+        }
+        // Every queued record is awaited even after a failure, so none is left in flight to land
+        // after a later retry has moved on (they are bounded by message.timeout.ms). The first
+        // failure decides; a bound above the producer's own timeout guards against a lost callback.
+        let guard = self.timeout + Duration::from_secs(5);
+        let mut first_failure = None;
+        for (index, (topic, f)) in pending.into_iter().enumerate() {
+            let res = tokio::time::timeout(guard, f).await;
+            if first_failure.is_some() {
+                continue;
+            }
+            let message = match res {
+                Ok(Ok(Ok(_))) => continue,
+                Ok(Ok(Err((e, _)))) => self.failed(&topic, &events[index], &e),
+                Ok(Err(_canceled)) => format!("kafka: event {}: the producer dropped the record", events[index].id),
+                Err(_) => format!(
+                    "kafka: topic {topic:?}: event {} not acknowledged within {}",
+                    events[index].id,
+                    humantime::format_duration(guard)
+                ),
+            };
+            first_failure = Some(SinkError { index, message });
+        }
+        match first_failure.or(queue_error) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_are_checked() {
+        assert!(topic_name("events.order_v1-x").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(250)] {
+            assert!(topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn reserved_properties_and_missing_secrets_are_refused_at_build() {
+        let spec = |extra: serde_json::Value| -> KafkaSinkSpec {
+            let mut v = serde_json::json!({"brokers": ["127.0.0.1:9"], "topic": "t"});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        let e = KafkaSink::new(&spec(serde_json::json!({"properties": {"acks": "1"}}))).err().unwrap();
+        assert!(e.to_string().contains("\"acks\" is set by the kafka sink itself"), "{e}");
+        let e = KafkaSink::new(&spec(serde_json::json!({"sasl": {
+            "mechanism": "PLAIN", "username": "u", "password": {"env": "HIGHWATER_TEST_NO_SUCH_VAR"}
+        }})))
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("HIGHWATER_TEST_NO_SUCH_VAR is not set"), "{e}");
+        let e = KafkaSink::new(&spec(serde_json::json!({"topic": "a b"}))).err().unwrap();
+        assert!(e.to_string().contains("not a Kafka topic name"), "{e}");
+        assert!(KafkaSink::new(&spec(serde_json::json!({"compression": "lz4", "key": "none"}))).is_ok());
+    }
+}
