@@ -56,7 +56,7 @@ pub struct Kafka {
 impl Kafka {
     /// A free loopback port for [`KafkaOptions::port`].
     pub fn reserve_port() -> Result<u16> {
-        free_port()
+        Ok(free_port()?)
     }
 
     pub async fn start(opts: KafkaOptions) -> Result<Kafka> {

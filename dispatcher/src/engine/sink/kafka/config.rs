@@ -43,6 +43,9 @@ pub fn client_config(spec: &KafkaSinkSpec, timeout: Duration) -> Result<ClientCo
         // A record not acknowledged within the timeout fails its batch's attempt; the shard
         // retries with its backoff.
         .set("message.timeout.ms", &ms)
+        // A request the broker does not answer (killed, network cut) fails within the same
+        // bound, instead of librdkafka's 30 s, so the records are not left in flight.
+        .set("request.timeout.ms", &ms)
         // An unknown topic fails in seconds (not librdkafka's default 30 s), so a missing topic
         // shows up in `last_error` while the broker still answers.
         .set("topic.metadata.propagation.max.ms", timeout.min(Duration::from_secs(5)).as_millis().to_string())

@@ -84,16 +84,20 @@ impl KafkaSink {
             }
             _ => "",
         };
-        let mut msg = format!("kafka: topic {topic:?}: event {} not acknowledged: {e}{hint}", ev.id);
-        if matches!(code, Some(RDKafkaErrorCode::MessageTimedOut)) {
-            msg = format!(
-                "kafka: topic {topic:?}: event {} not acknowledged within {}",
-                ev.id,
-                humantime::format_duration(self.timeout)
-            );
-            if let Some(last) = self.last_error.take() {
-                msg.push_str(&format!("; last client error: {last}"));
-            }
+        if matches!(code, Some(RDKafkaErrorCode::MessageTimedOut | RDKafkaErrorCode::RequestTimedOut)) {
+            return self.timed_out(topic, ev, self.timeout);
+        }
+        format!("kafka: topic {topic:?}: event {} not acknowledged: {e}{hint}", ev.id)
+    }
+
+    fn timed_out(&self, topic: &str, ev: &Event, after: Duration) -> String {
+        let mut msg = format!(
+            "kafka: topic {topic:?}: event {} not acknowledged within {}",
+            ev.id,
+            humantime::format_duration(after)
+        );
+        if let Some(last) = self.last_error.take() {
+            msg.push_str(&format!("; last client error: {last}"));
         }
         msg
     }
@@ -160,11 +164,7 @@ impl Sink for KafkaSink {
                 Ok(Ok(Ok(_))) => continue,
                 Ok(Ok(Err((e, _)))) => self.failed(&topic, &events[index], &e),
                 Ok(Err(_canceled)) => format!("kafka: event {}: the producer dropped the record", events[index].id),
-                Err(_) => format!(
-                    "kafka: topic {topic:?}: event {} not acknowledged within {}",
-                    events[index].id,
-                    humantime::format_duration(guard)
-                ),
+                Err(_) => self.timed_out(&topic, &events[index], guard),
             };
             first_failure = Some(SinkError { index, message });
         }

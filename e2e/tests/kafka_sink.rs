@@ -1,0 +1,193 @@
+//! The kafka sink against a real Apache Kafka 4.4 (KRaft, one process; see
+//! `highwater_e2e::brokers::kafka`) and a real `highwater dispatch` process, read back with a real
+//! Kafka consumer: every event present, one record per event id after de-duplication, each
+//! stream's events in order on one partition, headers intact; across a broker SIGKILL and restart,
+//! a network cut (through `highwater_e2e::proxy`), a missing topic and bad SCRAM credentials,
+//! each named in the shard's `last_error`, retried, and dead after `maxAttempts`.
+//!
+//! Needs `highwater` built in the target directory, Java 17 and Maven (`.ci/run` installs them).
+mod relay;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
+
+use highwater_e2e::{
+    brokers::kafka::{Kafka, KafkaOptions},
+    proxy::{Mode, Proxy},
+};
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    consumer::{Consumer, StreamConsumer},
+    message::Headers,
+};
+use relay::*;
+
+const PARTITIONS: i32 = 3;
+
+async fn create_topics(bootstrap: &str, topics: &[&str]) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("admin client");
+    let new: Vec<NewTopic> = topics.iter().map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1))).collect();
+    for r in admin.create_topics(&new, &AdminOptions::new()).await.expect("create topics") {
+        r.expect("topic created");
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    partition: i32,
+    offset: i64,
+    key: Option<String>,
+    value: serde_json::Value,
+    headers: BTreeMap<String, String>,
+}
+
+impl Record {
+    fn event_id(&self) -> i64 {
+        self.headers["highwater-event-id"].parse().expect("a numeric event id")
+    }
+}
+
+/// Every record of `topic` from the beginning, until `distinct` event ids have been seen and the
+/// topic has been quiet for a second (so late duplicates are counted too).
+async fn read_topic(bootstrap: &str, topic: &str, distinct: usize) -> Vec<Record> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("audit-{topic}"))
+        .set("enable.auto.commit", "false")
+        // Only what the producer committed (the sink does not use transactions; this is the
+        // strictest reading a downstream consumer can choose).
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let mut ids = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let wait = if ids.len() >= distinct { Duration::from_secs(1) } else { Duration::from_secs(5) };
+        match tokio::time::timeout(wait, consumer.recv()).await {
+            Ok(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let r = Record {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    value: serde_json::from_slice(m.payload().unwrap_or_default()).expect("JSON value"),
+                    headers,
+                };
+                ids.insert(r.event_id());
+                out.push(r);
+            }
+            Ok(Err(e)) => panic!("reading {topic}: {e}"),
+            Err(_) if ids.len() >= distinct => return out,
+            Err(_) => {}
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{topic}: {} of {distinct} event ids after 60 s", ids.len());
+    }
+}
+
+/// Checks the read-back against the appended events: each present, duplicates at most `max_dup`,
+/// per key the first occurrences in stream order, the headers those of the event.
+fn audit(records: &[Record], ids: &[i64], max_dup: usize) {
+    let expected: BTreeSet<i64> = ids.iter().copied().collect();
+    let seen: BTreeSet<i64> = records.iter().map(Record::event_id).collect();
+    let missing: Vec<_> = expected.difference(&seen).collect();
+    assert!(missing.is_empty(), "events missing from the topic: {missing:?}");
+    let unexpected: Vec<_> = seen.difference(&expected).collect();
+    assert!(unexpected.is_empty(), "records of events never appended: {unexpected:?}");
+    let dups = records.len() - seen.len();
+    assert!(dups <= max_dup, "{dups} duplicate records, more than {max_dup}");
+    // One stream, one key, one partition; in partition order (offsets) the first record of each
+    // event has the stream's versions 1, 2, 3, ... with no gap.
+    let mut by_partition: BTreeMap<i32, Vec<&Record>> = BTreeMap::new();
+    for r in records {
+        by_partition.entry(r.partition).or_default().push(r);
+    }
+    let mut partition_of: BTreeMap<String, i32> = BTreeMap::new();
+    let mut next_seq: BTreeMap<String, i64> = BTreeMap::new();
+    let mut first = BTreeSet::new();
+    for (p, mut rs) in by_partition {
+        rs.sort_by_key(|r| r.offset);
+        for r in rs {
+            let key = r.key.clone().expect("records are keyed by stream id");
+            assert_eq!(*partition_of.entry(key.clone()).or_insert(p), p, "stream {key} is on two partitions");
+            if !first.insert(r.event_id()) {
+                continue; // a redelivery: consumers drop it by its event id
+            }
+            let seq = r.value["seq"].as_i64().expect("seq");
+            let next = next_seq.entry(key.clone()).or_insert(1);
+            assert_eq!(seq, *next, "stream {key}: version {seq} where {next} was due (event {})", r.event_id());
+            *next += 1;
+            assert_eq!(r.value["stream"], key.as_str());
+            assert_eq!(r.headers["highwater-stream-id"], key);
+            assert_eq!(r.headers["highwater-stream-type"], STREAM_TYPE);
+            assert_eq!(r.headers["highwater-event-type"], EVENT_TYPE);
+            assert_eq!(r.headers["highwater-stream-version"], seq.to_string());
+            assert_eq!(r.headers["highwater-consumer"], "relay");
+            assert!(r.headers["highwater-correlation-id"].starts_with("corr-"), "{:?}", r.headers);
+            assert!(r.headers["traceparent"].starts_with("00-"), "{:?}", r.headers);
+            assert!(r.headers.contains_key("highwater-created-at"), "{:?}", r.headers);
+            assert_eq!(r.headers["x-team"], "billing", "the definition's extra header");
+        }
+    }
+}
+
+fn relay_spec(brokers: &str, topic: &str, extra: &str) -> String {
+    format!(
+        "delivery: Shared\nbatchSize: 50\nmaxAttempts: 1000\nbackoff: {{initial: 100ms, max: 1s}}\n\
+         sink:\n  kafka:\n    brokers: [\"{brokers}\"]\n    topic: \"{topic}\"\n    timeout: 3s\n    \
+         headers: {{x-team: billing}}\n{extra}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_reaches_kafka_in_stream_order_across_a_broker_kill() {
+    let mut kafka = Kafka::start(KafkaOptions::default()).await.expect("start kafka");
+    let bootstrap = kafka.bootstrap();
+    create_topics(&bootstrap, &["events.order"]).await;
+    let db = db().await;
+    apply(&db.pool, "relay", &relay_spec(&bootstrap, "events.{streamType}", "    compression: lz4\n")).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(&db.url, logs.path(), &[]);
+
+    let mut writer = Writer::new(&db.pool, 20);
+    let mut ids = writer.append(300, Duration::ZERO).await;
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+
+    // Kill the broker while events keep coming: the batch in flight is not acknowledged, the
+    // shard records why and retries with backoff until the broker is back.
+    let writing = tokio::spawn(async move { writer.append(300, Duration::from_millis(3)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kafka.kill();
+    let during = wait_error(&db.pool, "relay", "not acknowledged", Duration::from_secs(30)).await;
+    assert_ne!(during.status, "dead", "retrying, not dead: {during:?}");
+    assert!(during.attempts >= 1, "{during:?}");
+    eprintln!("last_error while the broker was down: {:?}", during.last_error);
+    kafka.restart().await.expect("restart kafka");
+    ids.extend(writing.await.unwrap());
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+    let after = shard(&db.pool, "relay").await;
+    assert_eq!((after.status.as_str(), after.attempts), ("idle", 0), "{after:?}");
+
+    let records = read_topic(&bootstrap, "events.order", ids.len()).await;
+    eprintln!("{} records for {} events after one broker kill", records.len(), ids.len());
+    // One interruption: at most one batch (50) written twice.
+    audit(&records, &ids, 50);
+}
+
