@@ -191,3 +191,88 @@ async fn every_event_reaches_kafka_in_stream_order_across_a_broker_kill() {
     audit(&records, &ids, 50);
 }
 
+
+/// A missing topic and bad SCRAM credentials each name their cause in `last_error` and end
+/// `dead` after `maxAttempts`; the right credentials deliver; a network cut (through the proxy
+/// the broker advertises) is named, retried, and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
+    let port = Kafka::reserve_port().unwrap();
+    let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await.unwrap();
+    let opts = KafkaOptions {
+        port: Some(port),
+        advertised_port: Some(proxy.port()),
+        scram_user: Some(("relay".into(), "relay-secret".into())),
+        ..Default::default()
+    };
+    let kafka = Kafka::start(opts).await.expect("start kafka");
+    let direct = format!("127.0.0.1:{port}");
+    let sasl = kafka.sasl_bootstrap().unwrap();
+    create_topics(&direct, &["relay-cut", "relay-scram", "relay-badauth"]).await;
+    let db = db().await;
+    let quick = "delivery: Shared\nbatchSize: 50\nmaxAttempts: 3\nbackoff: {initial: 100ms, max: 200ms}\n";
+    apply(
+        &db.pool,
+        "missing",
+        &format!("{quick}sink:\n  kafka: {{brokers: [\"{direct}\"], topic: no-such-topic, timeout: 2s}}\n"),
+    )
+    .await;
+    let sasl_sink = |topic: &str, env: &str| {
+        format!(
+            "sink:\n  kafka:\n    brokers: [\"{sasl}\"]\n    topic: {topic}\n    timeout: 2s\n    \
+             sasl: {{mechanism: SCRAM-SHA-256, username: relay, password: {{env: {env}}}}}\n"
+        )
+    };
+    apply(&db.pool, "badauth", &format!("{quick}{}", sasl_sink("relay-badauth", "KAFKA_WRONG_PASSWORD"))).await;
+    apply(
+        &db.pool,
+        "scram",
+        &format!(
+            "delivery: Shared\nbatchSize: 50\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
+            sasl_sink("relay-scram", "KAFKA_PASSWORD")
+        ),
+    )
+    .await;
+    apply(&db.pool, "relay", &relay_spec(&proxy_bootstrap(&proxy), "relay-cut", "")).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(
+        &db.url,
+        logs.path(),
+        &[("KAFKA_PASSWORD", "relay-secret\n"), ("KAFKA_WRONG_PASSWORD", "not-the-secret")],
+    );
+    let mut writer = Writer::new(&db.pool, 10);
+    let mut ids = writer.append(100, Duration::ZERO).await;
+
+    let missing = wait_dead(&db.pool, "missing", Duration::from_secs(60)).await;
+    eprintln!("missing topic: {missing:?}");
+    let e = missing.last_error.unwrap();
+    assert!(e.contains("no-such-topic") && e.contains("create the topic"), "{e}");
+    assert_eq!(missing.attempts, 3);
+
+    let bad = wait_dead(&db.pool, "badauth", Duration::from_secs(60)).await;
+    eprintln!("bad credentials: {bad:?}");
+    let e = bad.last_error.unwrap();
+    assert!(e.contains("SASL authentication error") && e.contains("check sink.kafka.sasl.username"), "{e}");
+    assert!(!e.contains("not-the-secret"), "the password is never shown: {e}");
+
+    wait_caught_up(&db.pool, "scram", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+
+    // Cut the network between the sink and the broker while events keep coming.
+    proxy.set_mode(Mode::Cut);
+    ids.extend(writer.append(100, Duration::from_millis(5)).await);
+    let during = wait_error(&db.pool, "relay", "not acknowledged", Duration::from_secs(30)).await;
+    eprintln!("network cut: {during:?}");
+    assert_ne!(during.status, "dead");
+    proxy.set_mode(Mode::Pass);
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+
+    let records = read_topic(&direct, "relay-cut", ids.len()).await;
+    eprintln!("{} records for {} events after one network cut", records.len(), ids.len());
+    audit(&records, &ids, 50);
+    drop(kafka);
+}
+
+fn proxy_bootstrap(proxy: &Proxy) -> String {
+    format!("127.0.0.1:{}", proxy.port())
+}

@@ -74,16 +74,7 @@ impl KafkaSink {
     /// the record's own error is only a timeout.
     fn failed(&self, topic: &str, ev: &Event, e: &KafkaError) -> String {
         let code = e.rdkafka_error_code();
-        let hint = match code {
-            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-                " (create the topic, or enable auto.create.topics.enable on the brokers)"
-            }
-            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => " (grant the sink's user WRITE on the topic)",
-            Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
-                " (raise the topic's max.message.bytes, or set properties.message.max.bytes)"
-            }
-            _ => "",
-        };
+        let hint = hint(e);
         if matches!(code, Some(RDKafkaErrorCode::MessageTimedOut | RDKafkaErrorCode::RequestTimedOut)) {
             return self.timed_out(topic, ev, self.timeout);
         }
@@ -96,10 +87,27 @@ impl KafkaSink {
             ev.id,
             humantime::format_duration(after)
         );
-        if let Some(last) = self.last_error.take() {
-            msg.push_str(&format!("; last client error: {last}"));
+        if let Some(last) = self.last_error.recent() {
+            msg.push_str(&format!("; client errors: {last}"));
+            if last.contains("SASL authentication error") {
+                msg.push_str(" (check sink.kafka.sasl.username and the secret its password comes from)");
+            }
         }
         msg
+    }
+}
+
+/// What to do about an error whose cause is on the brokers' side, if it is one of those.
+fn hint(e: &KafkaError) -> &'static str {
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            " (create the topic, or enable auto.create.topics.enable on the brokers)"
+        }
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => " (grant the sink's user WRITE on the topic)",
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+            " (raise the topic's max.message.bytes, or set properties.message.max.bytes)"
+        }
+        _ => "",
     }
 }
 
@@ -144,8 +152,9 @@ impl Sink for KafkaSink {
             match self.producer.send_result(rec) {
                 Ok(f) => pending.push((topic, f)),
                 Err((e, _)) => {
-                    queue_error =
-                        Some(SinkError { index, message: format!("kafka: event {}: cannot queue the record: {e}", ev.id) });
+                    let message =
+                        format!("kafka: topic {topic:?}: event {}: cannot queue the record: {e}{}", ev.id, hint(&e));
+                    queue_error = Some(SinkError { index, message });
                     break;
                 }
             }
@@ -170,7 +179,10 @@ impl Sink for KafkaSink {
         }
         match first_failure.or(queue_error) {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => {
+                self.last_error.clear();
+                Ok(())
+            }
         }
     }
 }
