@@ -67,6 +67,15 @@ impl Writer {
         Writer { pool: pool.clone(), streams, versions: BTreeMap::new(), appended: 0 }
     }
 
+    /// Accounts for `n` events a clone appended (the clone kept its own counts).
+    pub fn skip(&mut self, n: usize) {
+        for _ in 0..n {
+            let stream = format!("o-{}", self.appended % self.streams);
+            *self.versions.entry(stream).or_insert(0) += 1;
+            self.appended += 1;
+        }
+    }
+
     /// `n` events, `pause` apart; their ids in append order.
     pub async fn append(&mut self, n: usize, pause: Duration) -> Vec<i64> {
         let mut ids = Vec::with_capacity(n);
