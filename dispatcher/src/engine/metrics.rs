@@ -34,6 +34,13 @@ pub struct StatusLabels {
     pub status: String,
 }
 
+/// A consumer's sink: `kind` is the sink's kind (`kafka`, `nats`, `webhook`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    pub consumer: String,
+    pub sink: String,
+}
+
 type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -54,6 +61,8 @@ pub struct Metrics {
     pub fence_age: Gauge<f64, AtomicU64>,
     pub heartbeat_age: Family<ShardLabels, Gauge<f64, AtomicU64>>,
     pub ready: Gauge,
+    pub sink_errors: Family<SinkLabels, Counter>,
+    pub sink_publish: Family<SinkLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -77,6 +86,8 @@ impl Metrics {
             fence_age: Gauge::default(),
             heartbeat_age: Family::default(),
             ready: Gauge::default(),
+            sink_errors: Family::default(),
+            sink_publish: Family::new_with_constructor(latency_histogram),
             registry: Registry::default(),
         };
         registry.register(
@@ -121,6 +132,17 @@ impl Metrics {
             "ready",
             "1 when the dispatcher is ready (database reachable, shards registered)",
             m.ready.clone(),
+        );
+        registry.register(
+            "sink_errors",
+            "Failed deliveries of a batch (or its first failing event) by the consumer's sink",
+            m.sink_errors.clone(),
+        );
+        registry.register(
+            "sink_publish_seconds",
+            "Time from handing a batch to the sink to its acknowledgement (for kafka and nats: every \
+             record acknowledged by the brokers)",
+            m.sink_publish.clone(),
         );
         Metrics { registry, ..m }
     }

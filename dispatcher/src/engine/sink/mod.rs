@@ -12,6 +12,7 @@ use crate::{Error, Event, Result};
 mod envelope;
 mod kafka;
 mod log;
+mod measured;
 mod nats;
 mod record;
 mod secret;
@@ -21,6 +22,7 @@ mod webhook;
 
 pub use kafka::KafkaSink;
 pub use log::LogSink;
+pub use measured::measured;
 pub use nats::NatsSink;
 pub use sql::SqlSink;
 pub use webhook::{TargetPolicy, WebhookSink};
