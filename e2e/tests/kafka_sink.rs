@@ -162,7 +162,7 @@ async fn every_event_reaches_kafka_in_stream_order_across_a_broker_kill() {
     let bootstrap = kafka.bootstrap();
     create_topics(&bootstrap, &["events.order"]).await;
     let db = db().await;
-    apply(&db.pool, "relay", &relay_spec(&bootstrap, "events.{streamType}", "    compression: lz4\n")).await;
+    apply(&db, "relay", &relay_spec(&bootstrap, "events.{streamType}", "    compression: lz4\n")).await;
     let logs = tempfile::tempdir().unwrap();
     let _dispatcher = dispatcher(&db.url, logs.path(), &[]);
 
@@ -179,9 +179,16 @@ async fn every_event_reaches_kafka_in_stream_order_across_a_broker_kill() {
     assert_ne!(during.status, "dead", "retrying, not dead: {during:?}");
     assert!(during.attempts >= 1, "{during:?}");
     eprintln!("last_error while the broker was down: {:?}", during.last_error);
+    let killed_at = std::time::Instant::now();
     kafka.restart().await.expect("restart kafka");
+    let restarted = killed_at.elapsed();
     ids.extend(writing.await.unwrap());
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+    eprintln!(
+        "broker back {:.1}s after the error was recorded; caught up {:.1}s after that",
+        restarted.as_secs_f64(),
+        (killed_at.elapsed() - restarted).as_secs_f64()
+    );
     let after = shard(&db.pool, "relay").await;
     assert_eq!((after.status.as_str(), after.attempts), ("idle", 0), "{after:?}");
 
@@ -212,7 +219,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     let db = db().await;
     let quick = "delivery: Shared\nbatchSize: 50\nmaxAttempts: 3\nbackoff: {initial: 100ms, max: 200ms}\n";
     apply(
-        &db.pool,
+        &db,
         "missing",
         &format!("{quick}sink:\n  kafka: {{brokers: [\"{direct}\"], topic: no-such-topic, timeout: 2s}}\n"),
     )
@@ -223,9 +230,9 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
              sasl: {{mechanism: SCRAM-SHA-256, username: relay, password: {{env: {env}}}}}\n"
         )
     };
-    apply(&db.pool, "badauth", &format!("{quick}{}", sasl_sink("relay-badauth", "KAFKA_WRONG_PASSWORD"))).await;
+    apply(&db, "badauth", &format!("{quick}{}", sasl_sink("relay-badauth", "KAFKA_WRONG_PASSWORD"))).await;
     apply(
-        &db.pool,
+        &db,
         "scram",
         &format!(
             "delivery: Shared\nbatchSize: 50\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
@@ -233,7 +240,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
         ),
     )
     .await;
-    apply(&db.pool, "relay", &relay_spec(&proxy_bootstrap(&proxy), "relay-cut", "")).await;
+    apply(&db, "relay", &relay_spec(&proxy_bootstrap(&proxy), "relay-cut", "")).await;
     let logs = tempfile::tempdir().unwrap();
     let _dispatcher = dispatcher(
         &db.url,
@@ -265,7 +272,9 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     eprintln!("network cut: {during:?}");
     assert_ne!(during.status, "dead");
     proxy.set_mode(Mode::Pass);
+    let healed = std::time::Instant::now();
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+    eprintln!("caught up {:.1}s after the network came back", healed.elapsed().as_secs_f64());
 
     let records = read_topic(&direct, "relay-cut", ids.len()).await;
     eprintln!("{} records for {} events after one network cut", records.len(), ids.len());

@@ -89,7 +89,7 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
         )
     };
     apply(
-        &db.pool,
+        &db,
         "relay",
         &format!(
             "delivery: Shared\nbatchSize: 50\nmaxAttempts: 1000\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
@@ -98,8 +98,8 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     )
     .await;
     let quick = "delivery: Shared\nbatchSize: 50\nmaxAttempts: 3\nbackoff: {initial: 100ms, max: 200ms}\n";
-    apply(&db.pool, "nostream", &format!("{quick}{}", sink("other.{streamType}", "NATS_PASSWORD"))).await;
-    apply(&db.pool, "badauth", &format!("{quick}{}", sink("events.bad", "NATS_WRONG_PASSWORD"))).await;
+    apply(&db, "nostream", &format!("{quick}{}", sink("other.{streamType}", "NATS_PASSWORD"))).await;
+    apply(&db, "badauth", &format!("{quick}{}", sink("events.bad", "NATS_WRONG_PASSWORD"))).await;
     let logs = tempfile::tempdir().unwrap();
     let _dispatcher = dispatcher(
         &db.url,
@@ -131,9 +131,11 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     eprintln!("server killed: {during:?}");
     assert_ne!(during.status, "dead");
     nats.restart().await.expect("restart nats-server");
+    let restarted = std::time::Instant::now();
     ids.extend(writing.await.unwrap());
     writer.skip(200);
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+    eprintln!("caught up {:.1}s after the server restarted", restarted.elapsed().as_secs_f64());
 
     // The network cut.
     proxy.set_mode(Mode::Cut);
@@ -141,7 +143,9 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     let cut = wait_error(&db.pool, "relay", "nats:", Duration::from_secs(30)).await;
     eprintln!("network cut: {cut:?}");
     proxy.set_mode(Mode::Pass);
+    let healed = std::time::Instant::now();
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
+    eprintln!("caught up {:.1}s after the network came back", healed.elapsed().as_secs_f64());
 
     let msgs = read_stream(&nats.url()).await;
     let expected: BTreeSet<i64> = ids.iter().copied().collect();

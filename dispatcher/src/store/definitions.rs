@@ -271,6 +271,15 @@ pub async fn load_group(pool: &PgPool, group: &str) -> Result<Vec<Definition>> {
 mod tests {
     use super::*;
 
+    /// The examples users copy parse and validate, the broker relays among them (what
+    /// `highwater consumer apply -f examples/` reads).
+    #[test]
+    fn the_examples_load() {
+        let defs = load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples"))).unwrap();
+        let kinds: Vec<&str> = defs.iter().map(|d| d.spec.sink_kind()).collect();
+        assert!(kinds.contains(&"kafka") && kinds.contains(&"nats"), "{kinds:?}");
+    }
+
     const GOOD: &str = r#"
 apiVersion: highwater.dev/v1alpha1
 kind: EventConsumer

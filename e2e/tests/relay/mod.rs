@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
 use highwater::{
-    NewEvent, db, definitions,
+    NewEvent, db,
     embedded::{EmbeddedOptions, EmbeddedPostgres},
     event_types,
 };
@@ -31,13 +31,22 @@ pub async fn db() -> Db {
     Db { pg, pool, url }
 }
 
-/// Applies one EventConsumer document (`spec` is the YAML under `spec:`).
-pub async fn apply(pool: &PgPool, name: &str, spec: &str) {
+/// Applies one EventConsumer document (`spec` is the YAML under `spec:`) the way a user does:
+/// `highwater consumer apply -f FILE`.
+pub async fn apply(db: &Db, name: &str, spec: &str) {
     let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
     let yaml =
         format!("apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n{indented}");
-    let defs = definitions::parse(&yaml, "test").expect("parse definition");
-    definitions::apply(pool, &defs).await.expect("apply definition");
+    let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    let out = tokio::process::Command::new(highwater_bin().expect("the highwater binary"))
+        .args(["consumer", "apply", "-f"])
+        .arg(file.path())
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .expect("run highwater consumer apply");
+    assert!(out.status.success(), "consumer apply {name}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A `highwater dispatch` process with `env` added to its environment.
