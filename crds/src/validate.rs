@@ -60,7 +60,10 @@ pub fn check_template(template: &str, allowed: &[&str]) -> Result<(), String> {
         let close = after.find('}').ok_or_else(|| format!("{template:?} has a '{{' without its '}}'"))?;
         let field = &after[..close];
         if !allowed.contains(&field) {
-            return Err(format!("{template:?}: {{{field}}} is not a placeholder; use one of {}", placeholders(allowed)));
+            return Err(format!(
+                "{template:?}: {{{field}}} is not a placeholder; use one of {}",
+                placeholders(allowed)
+            ));
         }
         rest = &after[close + 1..];
     }
@@ -146,12 +149,20 @@ impl ConsumerSpec {
             ));
         }
         let s = &self.sink;
-        let sinks = [s.sql.is_some(), s.log.is_some(), s.sse.is_some(), s.webhook.is_some(), s.kafka.is_some(), s.nats.is_some()]
-            .iter()
-            .filter(|s| **s)
-            .count();
+        let sinks = [
+            s.sql.is_some(),
+            s.log.is_some(),
+            s.sse.is_some(),
+            s.webhook.is_some(),
+            s.kafka.is_some(),
+            s.nats.is_some(),
+        ]
+        .iter()
+        .filter(|s| **s)
+        .count();
         if sinks != 1 {
-            problems.push(format!("sink: exactly one of sql, log, sse, webhook, kafka, nats must be set, found {sinks}"));
+            problems
+                .push(format!("sink: exactly one of sql, log, sse, webhook, kafka, nats must be set, found {sinks}"));
         }
         if let Some(k) = &self.sink.kafka {
             crate::validate_brokers::kafka(k, &mut problems);

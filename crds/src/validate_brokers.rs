@@ -108,7 +108,9 @@ fn headers(field: &str, headers: &BTreeMap<String, String>, problems: &mut Vec<S
         let lower = name.to_ascii_lowercase();
         if !is_header_name(name) {
             problems.push(format!("{field}: {name:?} is not a valid header name"));
-        } else if BROKER_HEADERS.contains(&lower.as_str()) || lower.starts_with("highwater-") || lower.starts_with("nats-")
+        } else if BROKER_HEADERS.contains(&lower.as_str())
+            || lower.starts_with("highwater-")
+            || lower.starts_with("nats-")
         {
             problems.push(format!("{field}: {name:?} is set by the sink itself; remove it"));
         }
@@ -168,7 +170,8 @@ mod tests {
             "servers": ["127.0.0.1"], "subject": "events.>.{streamType", "username": "u"
         }}));
         let e = s.validate("relay").unwrap_err().to_string();
-        for needle in ["\"127.0.0.1\" is not nats://host:port", "without its '}'", "username and password go together"] {
+        for needle in ["\"127.0.0.1\" is not nats://host:port", "without its '}'", "username and password go together"]
+        {
             assert!(e.contains(needle), "missing {needle:?} in {e}");
         }
         let s = spec(serde_json::json!({"nats": {"servers": ["nats://h:4222"], "subject": "events..x"}}));
@@ -178,6 +181,8 @@ mod tests {
     #[test]
     fn two_sinks_with_kafka_are_refused() {
         let s = spec(serde_json::json!({"log": {}, "kafka": {"brokers": ["h:1"], "topic": "t"}}));
-        assert!(s.validate("x").unwrap_err().to_string().contains("exactly one of sql, log, sse, webhook, kafka, nats"));
+        assert!(
+            s.validate("x").unwrap_err().to_string().contains("exactly one of sql, log, sse, webhook, kafka, nats")
+        );
     }
 }

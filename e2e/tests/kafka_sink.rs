@@ -80,7 +80,9 @@ async fn read_topic(bootstrap: &str, topic: &str, distinct: usize) -> Vec<Record
                     .headers()
                     .map(|h| {
                         h.iter()
-                            .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                            .map(|h| {
+                                (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -197,7 +199,6 @@ async fn every_event_reaches_kafka_in_stream_order_across_a_broker_kill() {
     // One interruption: at most one batch (50) written twice.
     audit(&records, &ids, 50);
 }
-
 
 /// A missing topic and bad SCRAM credentials each name their cause in `last_error` and end
 /// `dead` after `maxAttempts`; the right credentials deliver; a network cut (through the proxy

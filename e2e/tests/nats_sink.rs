@@ -101,11 +101,8 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     apply(&db, "nostream", &format!("{quick}{}", sink("other.{streamType}", "NATS_PASSWORD"))).await;
     apply(&db, "badauth", &format!("{quick}{}", sink("events.bad", "NATS_WRONG_PASSWORD"))).await;
     let logs = tempfile::tempdir().unwrap();
-    let _dispatcher = dispatcher(
-        &db.url,
-        logs.path(),
-        &[("NATS_PASSWORD", PASSWORD), ("NATS_WRONG_PASSWORD", "not-the-secret")],
-    );
+    let _dispatcher =
+        dispatcher(&db.url, logs.path(), &[("NATS_PASSWORD", PASSWORD), ("NATS_WRONG_PASSWORD", "not-the-secret")]);
     let mut writer = Writer::new(&db.pool, 20);
     let mut ids = writer.append(200, Duration::ZERO).await;
 

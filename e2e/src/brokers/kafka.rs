@@ -86,14 +86,8 @@ impl Kafka {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let mut kafka = Kafka {
-            process: spawn(&libs, dir.path(), 0)?,
-            dir,
-            port,
-            advertised_port,
-            sasl_port,
-            starts: 1,
-        };
+        let mut kafka =
+            Kafka { process: spawn(&libs, dir.path(), 0)?, dir, port, advertised_port, sasl_port, starts: 1 };
         kafka.wait_started().await?;
         Ok(kafka)
     }
@@ -138,14 +132,7 @@ impl Kafka {
     }
 }
 
-fn properties(
-    dir: &Path,
-    port: u16,
-    advertised: u16,
-    controller: u16,
-    sasl: Option<u16>,
-    auto_create: bool,
-) -> String {
+fn properties(dir: &Path, port: u16, advertised: u16, controller: u16, sasl: Option<u16>, auto_create: bool) -> String {
     let mut listeners = format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}");
     let mut advertised_listeners = format!("PLAINTEXT://127.0.0.1:{advertised}");
     let mut protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".to_owned();

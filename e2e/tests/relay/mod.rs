@@ -35,8 +35,9 @@ pub async fn db() -> Db {
 /// `highwater consumer apply -f FILE`.
 pub async fn apply(db: &Db, name: &str, spec: &str) {
     let indented: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    let yaml =
-        format!("apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n{indented}");
+    let yaml = format!(
+        "apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n{indented}"
+    );
     let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
     let out = tokio::process::Command::new(highwater_bin().expect("the highwater binary"))
@@ -127,13 +128,11 @@ pub struct ShardState {
 }
 
 pub async fn shard(pool: &PgPool, consumer: &str) -> ShardState {
-    sqlx::query_as(
-        "SELECT status, attempts, last_error, cursor_id FROM highwater.consumer_shards WHERE consumer = $1",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await
-    .expect("the shard exists")
+    sqlx::query_as("SELECT status, attempts, last_error, cursor_id FROM highwater.consumer_shards WHERE consumer = $1")
+        .bind(consumer)
+        .fetch_one(pool)
+        .await
+        .expect("the shard exists")
 }
 
 /// Waits until the shard's cursor is at `last` (every event up to it acknowledged).

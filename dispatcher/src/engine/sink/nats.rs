@@ -202,7 +202,10 @@ impl Sink for NatsSink {
             }
             let value = record::value(self.value, ctx, ev)
                 .map_err(|e| SinkError { index, message: format!("nats: encoding event {}: {e}", ev.id) })?;
-            let msg = PublishMessage::build().payload(value.into()).headers(self.headers(ctx, ev)).message_id(ev.id.to_string());
+            let msg = PublishMessage::build()
+                .payload(value.into())
+                .headers(self.headers(ctx, ev))
+                .message_id(ev.id.to_string());
             match js.send_publish(subject.clone(), msg).await {
                 Ok(ack) => pending.push((subject, ack)),
                 Err(e) => {

@@ -18,8 +18,9 @@ pub fn read(field: &str, secret: &SecretRef) -> Result<String> {
                 Error::config(format!("{field}: environment variable {var} is not valid UTF-8"))
             }
         })?,
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .map_err(Error::io(format!("{field}: reading the secret file {path}")))?,
+        (None, Some(path)) => {
+            std::fs::read_to_string(path).map_err(Error::io(format!("{field}: reading the secret file {path}")))?
+        }
         _ => return Err(Error::config(format!("{field}: set exactly one of env, file"))),
     };
     let value = raw.trim();

@@ -29,7 +29,9 @@ pub fn client_config(spec: &KafkaSinkSpec, timeout: Duration) -> Result<ClientCo
     let mut c = ClientConfig::new();
     for (k, v) in &spec.properties {
         if RESERVED_KAFKA_PROPERTIES.contains(&k.as_str()) || k.starts_with("sasl.") || k.starts_with("ssl.") {
-            return Err(Error::config(format!("sink.kafka.properties: {k:?} is set by the kafka sink itself; remove it")));
+            return Err(Error::config(format!(
+                "sink.kafka.properties: {k:?} is set by the kafka sink itself; remove it"
+            )));
         }
         c.set(k, v);
     }

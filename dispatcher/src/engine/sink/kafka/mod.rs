@@ -118,11 +118,7 @@ fn topic_name(t: &str) -> Result<(), String> {
         && t != "."
         && t != ".."
         && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{t:?} is not a Kafka topic name (1-249 letters, digits, '.', '_', '-')"))
-    }
+    if ok { Ok(()) } else { Err(format!("{t:?} is not a Kafka topic name (1-249 letters, digits, '.', '_', '-')")) }
 }
 
 #[async_trait]
