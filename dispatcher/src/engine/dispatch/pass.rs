@@ -161,29 +161,48 @@ impl Pass<'_> {
 
 /// A SQL sink: the batch and the cursor update commit together, so each event applies once.
 async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
-    let mut tx = conn.begin().await?;
     let started = Instant::now();
-    let res = deliver(ctx, Some(&mut tx), b.events).await;
-    ctx.handler_took(started);
-    let err = match res {
-        Ok(()) => {
-            if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
-                tx.commit().await?;
-                ctx.acknowledged(b.events);
-                return Ok(b.delivered());
-            }
-            tx.rollback().await?;
-            return Ok(Outcome::Changed);
-        }
+    let err = match ctx.sink.prepare(conn).await {
         Err(err) => err,
+        Ok(()) => {
+            let mut tx = conn.begin().await?;
+            match deliver(ctx, Some(&mut tx), b.events).await {
+                Ok(()) => {
+                    ctx.handler_took(started);
+                    if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+                        tx.commit().await?;
+                        ctx.acknowledged(b.events);
+                        return Ok(b.delivered());
+                    }
+                    tx.rollback().await?;
+                    return Ok(Outcome::Changed);
+                }
+                Err(err) => {
+                    tx.rollback().await?;
+                    err
+                }
+            }
+        }
     };
-    tx.rollback().await?;
+    ctx.handler_took(started);
     // Re-apply the events before the failing one, then record the failure in the same
     // transaction, so the progress and the failure land together. A sink that is not
     // deterministic may fail elsewhere the second time: the failure is then recorded where it
     // happened this time, or on the first event with nothing applied if that prefix fails too.
     let mut tx = conn.begin().await?;
     let (index, message) = match prefix(ctx, &mut tx, b.events, err.index).await {
+        // The batch ran into its time limit after `index` events: not that event's fault.
+        // Commit what was applied; the next pass starts at it with the full limit again.
+        Ok(()) if err.deferred => {
+            let to = b.events[err.index - 1].position();
+            if shards::advance(&mut tx, b.shard, b.shard.cursor, to, err.index as i64).await? {
+                tx.commit().await?;
+                ctx.acknowledged(&b.events[..err.index]);
+                return Ok(Outcome::Delivered { cursor: to, more: true });
+            }
+            tx.rollback().await?;
+            return Ok(Outcome::Changed);
+        }
         Ok(()) => (err.index, err.message),
         Err(again) => {
             tx.rollback().await?;
