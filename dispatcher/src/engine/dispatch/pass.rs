@@ -10,7 +10,7 @@ use sqlx::{Connection, PgPool};
 use crate::{
     Position, Result,
     metrics::{Metrics, ShardLabels},
-    shards::{self, Failure, FailureOutcome, Shard},
+    shards::{self, Failure, FailureOutcome, Shard, ShardLock},
     sink::{DeliveryContext, Sink, SinkError},
 };
 
@@ -98,17 +98,31 @@ pub fn retry_delay_bounds(initial: Duration, max: Duration, attempts: i32) -> (D
     (initial.max(ceiling / 2), ceiling)
 }
 
-pub async fn run(ctx: &ShardCtx) -> Result<Outcome> {
-    let Some(mut lock) = shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? else {
-        return Ok(Outcome::Busy);
+/// One pass. `claim` carries the shard's claim from one pass to the next while a backlog lasts
+/// (a full batch was delivered), so a drain claims once, not once per batch; it is released as
+/// soon as the shard is caught up, fails, or halts, so that another dispatcher can take over.
+pub async fn run(ctx: &ShardCtx, claim: &mut Option<ShardLock>) -> Result<Outcome> {
+    let mut lock = match claim.take() {
+        Some(lock) => lock,
+        None => match shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? {
+            Some(lock) => lock,
+            None => return Ok(Outcome::Busy),
+        },
     };
     let outcome = locked(ctx, lock.conn()).await?;
-    lock.release().await?;
+    if matches!(outcome, Outcome::Delivered { more: true, .. }) {
+        *claim = Some(lock);
+    } else {
+        lock.release().await?;
+    }
     Ok(outcome)
 }
 
 async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
-    let Some(shard) = shards::load(conn, &ctx.consumer, &ctx.instance_id).await? else {
+    let limit = i64::from(ctx.spec.batch_size);
+    let Some((shard, batch)) =
+        shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit).await?
+    else {
         return Ok(Outcome::Missing);
     };
     if !shard.status.delivers() {
@@ -117,8 +131,6 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     if let Some(ms) = shard.retry_in_ms.filter(|ms| *ms > 0) {
         return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: Duration::from_millis(ms as u64) });
     }
-    let limit = i64::from(ctx.spec.batch_size);
-    let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
     if shard.cursor.tx >= batch.next_xid {
         return Err(shards::cursors_ahead([(&*shard.consumer, &*shard.instance_id, shard.cursor.tx)], batch.next_xid));
     }
