@@ -184,24 +184,24 @@ impl Sink for NatsSink {
     }
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
-        let js = self.context().await.map_err(|message| SinkError { index: 0, message })?;
+        let js = self.context().await.map_err(|message| SinkError::at(0, message))?;
         let mut pending = Vec::with_capacity(events.len());
         let mut publish_error = None;
         for (index, ev) in events.iter().enumerate() {
             let subject = self.subject.render(ev);
             if !subject_ok(&subject) {
-                publish_error = Some(SinkError {
+                publish_error = Some(SinkError::at(
                     index,
-                    message: format!(
+                    format!(
                         "nats: event {}: subject {subject:?} is not a publish subject (an event field put a \
                          wildcard, whitespace or an empty token in it)",
                         ev.id
                     ),
-                });
+                ));
                 break;
             }
             let value = record::value(self.value, ctx, ev)
-                .map_err(|e| SinkError { index, message: format!("nats: encoding event {}: {e}", ev.id) })?;
+                .map_err(|e| SinkError::at(index, format!("nats: encoding event {}: {e}", ev.id)))?;
             let msg = PublishMessage::build()
                 .payload(value.into())
                 .headers(self.headers(ctx, ev))
@@ -209,7 +209,7 @@ impl Sink for NatsSink {
             match js.send_publish(subject.clone(), msg).await {
                 Ok(ack) => pending.push((subject, ack)),
                 Err(e) => {
-                    publish_error = Some(SinkError { index, message: self.failed(&subject, ev, &e) });
+                    publish_error = Some(SinkError::at(index, self.failed(&subject, ev, &e)));
                     break;
                 }
             }
@@ -222,7 +222,7 @@ impl Sink for NatsSink {
             if first_failure.is_none()
                 && let Err(e) = res
             {
-                first_failure = Some(SinkError { index, message: self.failed(&subject, &events[index], &e) });
+                first_failure = Some(SinkError::at(index, self.failed(&subject, &events[index], &e)));
             }
         }
         match first_failure.or(publish_error) {

@@ -135,11 +135,11 @@ impl Sink for KafkaSink {
         for (index, ev) in events.iter().enumerate() {
             let topic = self.topic.render(ev);
             if let Err(e) = topic_name(&topic) {
-                queue_error = Some(SinkError { index, message: format!("kafka: event {}: topic {e}", ev.id) });
+                queue_error = Some(SinkError::at(index, format!("kafka: event {}: topic {e}", ev.id)));
                 break;
             }
             let value = record::value(self.value, ctx, ev)
-                .map_err(|e| SinkError { index, message: format!("kafka: encoding event {}: {e}", ev.id) })?;
+                .map_err(|e| SinkError::at(index, format!("kafka: encoding event {}: {e}", ev.id)))?;
             let key = record::key(self.key, ev);
             let mut rec = FutureRecord::<[u8], [u8]>::to(&topic).payload(&value).headers(self.headers(ctx, ev));
             if let Some(k) = &key {
@@ -150,7 +150,7 @@ impl Sink for KafkaSink {
                 Err((e, _)) => {
                     let message =
                         format!("kafka: topic {topic:?}: event {}: cannot queue the record: {e}{}", ev.id, hint(&e));
-                    queue_error = Some(SinkError { index, message });
+                    queue_error = Some(SinkError::at(index, message));
                     break;
                 }
             }
@@ -171,7 +171,7 @@ impl Sink for KafkaSink {
                 Ok(Err(_canceled)) => format!("kafka: event {}: the producer dropped the record", events[index].id),
                 Err(_) => self.timed_out(&topic, &events[index], guard),
             };
-            first_failure = Some(SinkError { index, message });
+            first_failure = Some(SinkError::at(index, message));
         }
         match first_failure.or(queue_error) {
             Some(e) => Err(e),
