@@ -3,14 +3,18 @@
 //! is acknowledged, so an interruption redelivers at most the batch it interrupted (at least
 //! once; each record carries its event id for the consumers to drop redeliveries). No
 //! transaction is open while the batch is out.
-use std::time::Duration;
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use highwater_crds::{KAFKA_TOPIC_FIELDS, KafkaSink as KafkaSinkSpec, RecordKey, RecordValue};
 use rdkafka::{
+    ClientConfig,
     error::{KafkaError, RDKafkaErrorCode},
     message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord},
+    producer::{FutureProducer, FutureRecord, Producer},
 };
 
 use super::{
@@ -25,7 +29,10 @@ mod context;
 use context::{Context, LastError};
 
 pub struct KafkaSink {
-    producer: FutureProducer<Context>,
+    /// Replaced when librdkafka reports a fatal error (an idempotent producer that lost its
+    /// sequence state can produce nothing more): the next attempt gets a fresh one.
+    producer: Mutex<Arc<FutureProducer<Context>>>,
+    config: ClientConfig,
     topic: Template,
     key: RecordKey,
     value: RecordValue,
@@ -44,11 +51,11 @@ impl KafkaSink {
         }
         let timeout = config::timeout(spec)?;
         let last_error = LastError::default();
-        let producer = config::client_config(spec, timeout)?
-            .create_with_context(Context(last_error.clone()))
-            .map_err(|e| Error::config(format!("sink.kafka: cannot create the producer: {e}")))?;
+        let config = config::client_config(spec, timeout)?;
+        let producer = create(&config, &last_error)?;
         Ok(KafkaSink {
-            producer,
+            producer: Mutex::new(Arc::new(producer)),
+            config,
             topic,
             key: spec.key.unwrap_or(RecordKey::StreamId),
             value: spec.value.unwrap_or(RecordValue::Payload),
@@ -97,6 +104,12 @@ impl KafkaSink {
     }
 }
 
+fn create(config: &ClientConfig, last_error: &LastError) -> Result<FutureProducer<Context>> {
+    config
+        .create_with_context(Context(last_error.clone()))
+        .map_err(|e| Error::config(format!("sink.kafka: cannot create the producer: {e}")))
+}
+
 /// What to do about an error whose cause is on the brokers' side, if it is one of those.
 fn hint(e: &KafkaError) -> &'static str {
     match e.rdkafka_error_code() {
@@ -128,6 +141,33 @@ impl Sink for KafkaSink {
     }
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
+        let producer = self.producer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let res = self.deliver_with(&producer, ctx, events).await;
+        match res {
+            Err(mut e) => {
+                if let Some((_, reason)) = producer.client().fatal_error() {
+                    e.message.push_str(&format!("; the producer hit a fatal error ({reason}) and is replaced"));
+                    match create(&self.config, &self.last_error) {
+                        Ok(fresh) => *self.producer.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh),
+                        Err(err) => tracing::error!(error = %err, "kafka sink: cannot replace the producer"),
+                    }
+                    // Dropping a producer flushes and joins its thread: not on the runtime.
+                    tokio::task::spawn_blocking(move || drop(producer));
+                }
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+}
+
+impl KafkaSink {
+    async fn deliver_with(
+        &self,
+        producer: &FutureProducer<Context>,
+        ctx: &mut DeliveryContext<'_>,
+        events: &[Event],
+    ) -> Result<(), SinkError> {
         let mut pending = Vec::with_capacity(events.len());
         // Queue the whole batch first (the producer batches per partition), then wait for each
         // acknowledgement in event order.
@@ -145,7 +185,7 @@ impl Sink for KafkaSink {
             if let Some(k) = &key {
                 rec = rec.key(k);
             }
-            match self.producer.send_result(rec) {
+            match producer.send_result(rec) {
                 Ok(f) => pending.push((topic, f)),
                 Err((e, _)) => {
                     let message =
