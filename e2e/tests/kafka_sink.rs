@@ -243,7 +243,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     .await;
     apply(&db, "relay", &relay_spec(&proxy_bootstrap(&proxy), "relay-cut", "")).await;
     let logs = tempfile::tempdir().unwrap();
-    let _dispatcher = dispatcher(
+    let relay_process = dispatcher(
         &db.url,
         logs.path(),
         &[("KAFKA_PASSWORD", "relay-secret\n"), ("KAFKA_WRONG_PASSWORD", "not-the-secret")],
@@ -276,6 +276,17 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     let healed = std::time::Instant::now();
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(90)).await;
     eprintln!("caught up {:.1}s after the network came back", healed.elapsed().as_secs_f64());
+
+    // The per-sink metrics saw it: errors of the failing sinks, batch acknowledgements of the
+    // working ones.
+    let errors =
+        relay_process.metric("highwater_sink_errors_total", &[("consumer", "missing"), ("sink", "kafka")]).await;
+    assert_eq!(errors, Some(3.0), "one per failed attempt");
+    let errors = relay_process.metric("highwater_sink_errors_total", &[("consumer", "relay"), ("sink", "kafka")]).await;
+    assert!(errors.is_some_and(|n| n >= 1.0), "the cut failed at least one attempt: {errors:?}");
+    let acked =
+        relay_process.metric("highwater_sink_publish_seconds_count", &[("consumer", "scram"), ("sink", "kafka")]).await;
+    assert!(acked.is_some_and(|n| n >= 2.0), "100 events in batches of 50: {acked:?}");
 
     let records = read_topic(&direct, "relay-cut", ids.len()).await;
     eprintln!("{} records for {} events after one network cut", records.len(), ids.len());

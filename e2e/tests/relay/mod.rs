@@ -51,7 +51,26 @@ pub async fn apply(db: &Db, name: &str, spec: &str) {
 }
 
 /// A `highwater dispatch` process with `env` added to its environment.
-pub fn dispatcher(url: &str, logs: &Path, env: &[(&str, &str)]) -> Process {
+pub struct Dispatcher {
+    pub process: Process,
+    /// Port of its /metrics.
+    pub port: u16,
+}
+
+impl Dispatcher {
+    /// The value of the sample `name{labels...}` on its /metrics, if present.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let body = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port)).await.ok()?.text().await.ok()?;
+        body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            let all = labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
+            (metric == name && all).then(|| value.parse().ok()).flatten()
+        })
+    }
+}
+
+pub fn dispatcher(url: &str, logs: &Path, env: &[(&str, &str)]) -> Dispatcher {
     let port = highwater::embedded::free_port().unwrap();
     let mut cmd = Command::new(highwater_bin().expect("the highwater binary"));
     cmd.args(["dispatch", "--instance-id", "relay-0", "--poll-interval", "20ms", "--shutdown-grace", "5s"])
@@ -59,7 +78,8 @@ pub fn dispatcher(url: &str, logs: &Path, env: &[(&str, &str)]) -> Process {
         .env("DATABASE_URL", url)
         .env("HIGHWATER_LOG", "info,sqlx=warn")
         .envs(env.iter().copied());
-    Process::spawn("highwater", cmd, &logs.join("dispatcher.log")).expect("start the dispatcher")
+    let process = Process::spawn("highwater", cmd, &logs.join("dispatcher.log")).expect("start the dispatcher");
+    Dispatcher { process, port }
 }
 
 /// Appends events round-robin over a fixed set of streams, each with its stream version and a
