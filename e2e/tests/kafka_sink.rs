@@ -294,6 +294,40 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     drop(kafka);
 }
 
+/// TLS to the broker (`tls.caFile`): the sink trusts the test CA and delivers every event over
+/// the broker's SSL listener; a sink that trusts only the system's CAs is refused, named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_broker_with_a_ca_file() {
+    let certs = tempfile::tempdir().unwrap();
+    let pki = highwater_e2e::pki::Pki::generate(certs.path(), &["127.0.0.1", "localhost"]).unwrap();
+    let opts = KafkaOptions { tls: Some((pki.serving_cert(), pki.serving_key())), ..Default::default() };
+    let kafka = Kafka::start(opts).await.expect("start kafka");
+    let tls = kafka.ssl_bootstrap().unwrap();
+    create_topics(&kafka.bootstrap(), &["relay-tls", "relay-untrusted"]).await;
+    let db = db().await;
+    let ca = pki.ca_cert();
+    apply(&db, "relay", &relay_spec(&tls, "relay-tls", &format!("    tls: {{caFile: \"{}\"}}\n", ca.display()))).await;
+    apply(
+        &db,
+        "untrusted",
+        "delivery: Shared\nmaxAttempts: 2\nbackoff: {initial: 100ms, max: 200ms}\nsink:\n  kafka:\n    \
+         brokers: [\"TLS\"]\n    topic: relay-untrusted\n    timeout: 2s\n    tls: {}\n"
+            .replace("TLS", &tls)
+            .as_str(),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(&db.url, logs.path(), &[]);
+    let ids = Writer::new(&db.pool, 10).append(100, Duration::ZERO).await;
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    let records = read_topic(&kafka.bootstrap(), "relay-tls", ids.len()).await;
+    audit(&records, &ids, 0);
+    let untrusted = wait_dead(&db.pool, "untrusted", Duration::from_secs(60)).await;
+    eprintln!("untrusted CA: {untrusted:?}");
+    let e = untrusted.last_error.unwrap();
+    assert!(e.contains("SSL handshake failed") || e.contains("certificate verify failed"), "{e}");
+}
+
 fn proxy_bootstrap(proxy: &Proxy) -> String {
     format!("127.0.0.1:{}", proxy.port())
 }

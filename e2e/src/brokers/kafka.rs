@@ -42,6 +42,9 @@ pub struct KafkaOptions {
     pub auto_create_topics: bool,
     /// Adds a SASL_PLAINTEXT listener with SCRAM-SHA-256 and this user and password.
     pub scram_user: Option<(String, String)>,
+    /// Adds an SSL listener serving this PEM certificate and PKCS#8 key (e.g. from
+    /// [`crate::pki::Pki`], valid for 127.0.0.1).
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 pub struct Kafka {
@@ -50,6 +53,7 @@ pub struct Kafka {
     port: u16,
     advertised_port: u16,
     sasl_port: Option<u16>,
+    ssl_port: Option<u16>,
     starts: u32,
 }
 
@@ -68,8 +72,20 @@ impl Kafka {
         };
         let controller_port = free_port()?;
         let sasl_port = opts.scram_user.as_ref().map(|_| free_port()).transpose()?;
+        let ssl_port = opts.tls.as_ref().map(|_| free_port()).transpose()?;
         let advertised_port = opts.advertised_port.unwrap_or(port);
-        let props = properties(dir.path(), port, advertised_port, controller_port, sasl_port, opts.auto_create_topics);
+        let mut props =
+            properties(dir.path(), port, advertised_port, controller_port, sasl_port, opts.auto_create_topics);
+        if let (Some(p), Some((cert, key))) = (ssl_port, &opts.tls) {
+            // Kafka reads a PEM key store: the key and its certificate in one file.
+            let store = dir.path().join("keystore.pem");
+            std::fs::write(&store, format!("{}{}", std::fs::read_to_string(key)?, std::fs::read_to_string(cert)?))?;
+            props = props
+                .replacen("\nlisteners=", &format!("\nlisteners=SSL://127.0.0.1:{p},"), 1)
+                .replacen("\nadvertised.listeners=", &format!("\nadvertised.listeners=SSL://127.0.0.1:{p},"), 1)
+                .replacen("\nlistener.security.protocol.map=", "\nlistener.security.protocol.map=SSL:SSL,", 1);
+            props.push_str(&format!("ssl.keystore.type=PEM\nssl.keystore.location={}\n", store.display()));
+        }
         std::fs::write(dir.path().join("server.properties"), props)?;
         std::fs::write(dir.path().join("log4j2.yaml"), LOG4J)?;
         let mut format = java(&libs, dir.path());
@@ -87,7 +103,7 @@ impl Kafka {
             );
         }
         let mut kafka =
-            Kafka { process: spawn(&libs, dir.path(), 0)?, dir, port, advertised_port, sasl_port, starts: 1 };
+            Kafka { process: spawn(&libs, dir.path(), 0)?, dir, port, advertised_port, sasl_port, ssl_port, starts: 1 };
         kafka.wait_started().await?;
         Ok(kafka)
     }
@@ -105,6 +121,11 @@ impl Kafka {
     /// The SASL_PLAINTEXT (SCRAM-SHA-256) listener, when the options asked for a user.
     pub fn sasl_bootstrap(&self) -> Option<String> {
         self.sasl_port.map(|p| format!("127.0.0.1:{p}"))
+    }
+
+    /// The SSL listener, when the options gave a certificate.
+    pub fn ssl_bootstrap(&self) -> Option<String> {
+        self.ssl_port.map(|p| format!("127.0.0.1:{p}"))
     }
 
     /// The plaintext listener's own port (a proxy's upstream).
