@@ -62,9 +62,10 @@ async fn read_stream(url: &str) -> Vec<Msg> {
 async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     let port = highwater::embedded::free_port().unwrap();
     let proxy = Proxy::start(format!("127.0.0.1:{port}").parse().unwrap()).await.unwrap();
-    let mut nats = Nats::start(NatsOptions { port: Some(port), user: Some((USER.into(), PASSWORD.into())) })
-        .await
-        .expect("start nats-server");
+    let mut nats =
+        Nats::start(NatsOptions { port: Some(port), user: Some((USER.into(), PASSWORD.into())), ..Default::default() })
+            .await
+            .expect("start nats-server");
     let client = async_nats::ConnectOptions::new()
         .user_and_password(USER.into(), PASSWORD.into())
         .connect(nats.url())
@@ -170,4 +171,57 @@ async fn every_event_reaches_jetstream_once_across_kill_and_cut() {
     // The duplicate window drops a redelivery of the same Nats-Msg-Id: none expected, two
     // interruptions of one batch at most tolerated (a window lost with the killed server).
     assert!(dups <= 2 * 50, "{dups} duplicates");
+}
+
+/// TLS to the server (`tls.caFile`): trusted, every event arrives; without the CA the
+/// handshake failure is named and the shard is dead after `maxAttempts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_server_with_a_ca_file() {
+    let certs = tempfile::tempdir().unwrap();
+    let pki = highwater_e2e::pki::Pki::generate(certs.path(), &["127.0.0.1", "localhost"]).unwrap();
+    let nats = Nats::start(NatsOptions { tls: Some((pki.serving_cert(), pki.serving_key())), ..Default::default() })
+        .await
+        .expect("start nats-server");
+    let url = format!("tls://127.0.0.1:{}", nats.port());
+    let client = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(pki.ca_cert())
+        .connect(&url)
+        .await
+        .expect("connect over TLS");
+    let js = jetstream::new(client);
+    js.create_stream(stream::Config { name: "EVENTS".into(), subjects: vec!["events.>".into()], ..Default::default() })
+        .await
+        .expect("create the stream");
+    let db = db().await;
+    let ca = pki.ca_cert();
+    apply(
+        &db,
+        "relay",
+        &format!(
+            "delivery: Shared\nbatchSize: 50\nsink:\n  nats:\n    servers: [\"{url}\"]\n    subject: events.tls\n    \
+             tls: {{caFile: \"{}\"}}\n",
+            ca.display()
+        ),
+    )
+    .await;
+    apply(
+        &db,
+        "untrusted",
+        &format!(
+            "delivery: Shared\nmaxAttempts: 2\nbackoff: {{initial: 100ms, max: 200ms}}\nsink:\n  nats:\n    \
+             servers: [\"{url}\"]\n    subject: events.untrusted\n    tls: {{}}\n"
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(&db.url, logs.path(), &[]);
+    let ids = Writer::new(&db.pool, 10).append(100, Duration::ZERO).await;
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    let info = js.get_stream("EVENTS").await.unwrap().get_info().await.unwrap();
+    assert_eq!(info.state.messages, ids.len() as u64, "every event once in the stream");
+    let untrusted = wait_dead(&db.pool, "untrusted", Duration::from_secs(60)).await;
+    eprintln!("untrusted CA: {untrusted:?}");
+    let e = untrusted.last_error.unwrap();
+    assert!(e.contains("cannot connect") && e.contains("check sink.nats.tls"), "{e}");
 }

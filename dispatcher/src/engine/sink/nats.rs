@@ -125,6 +125,10 @@ impl NatsSink {
                     " (check sink.nats username/password or token and the secret they come from)"
                 }
                 ConnectErrorKind::Tls => " (check sink.nats.tls and the server's certificate)",
+                // rustls' verdicts on the server's certificate come as I/O errors.
+                _ if e.to_string().contains("certificate") => {
+                    " (check sink.nats.tls: does caFile name the CA that signed the server's certificate?)"
+                }
                 _ => "",
             };
             format!("nats: cannot connect to {}: {e}{hint}", self.servers.join(","))
