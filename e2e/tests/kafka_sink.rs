@@ -216,7 +216,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     let kafka = Kafka::start(opts).await.expect("start kafka");
     let direct = format!("127.0.0.1:{port}");
     let sasl = kafka.sasl_bootstrap().unwrap();
-    create_topics(&direct, &["relay-cut", "relay-scram", "relay-badauth"]).await;
+    create_topics(&direct, &["relay-cut", "relay-scram", "relay-badauth", "relay-plain"]).await;
     let db = db().await;
     let quick = "delivery: Shared\nbatchSize: 50\nmaxAttempts: 3\nbackoff: {initial: 100ms, max: 200ms}\n";
     apply(
@@ -225,13 +225,23 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
         &format!("{quick}sink:\n  kafka: {{brokers: [\"{direct}\"], topic: no-such-topic, timeout: 2s}}\n"),
     )
     .await;
-    let sasl_sink = |topic: &str, env: &str| {
+    let sasl_sink_with = |mechanism: &str, topic: &str, env: &str| {
         format!(
             "sink:\n  kafka:\n    brokers: [\"{sasl}\"]\n    topic: {topic}\n    timeout: 2s\n    \
-             sasl: {{mechanism: SCRAM-SHA-256, username: relay, password: {{env: {env}}}}}\n"
+             sasl: {{mechanism: {mechanism}, username: relay, password: {{env: {env}}}}}\n"
         )
     };
+    let sasl_sink = |topic: &str, env: &str| sasl_sink_with("SCRAM-SHA-256", topic, env);
     apply(&db, "badauth", &format!("{quick}{}", sasl_sink("relay-badauth", "KAFKA_WRONG_PASSWORD"))).await;
+    apply(
+        &db,
+        "plain",
+        &format!(
+            "delivery: Shared\nbatchSize: 50\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
+            sasl_sink_with("PLAIN", "relay-plain", "KAFKA_PASSWORD")
+        ),
+    )
+    .await;
     apply(
         &db,
         "scram",
@@ -264,6 +274,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     assert!(!e.contains("not-the-secret"), "the password is never shown: {e}");
 
     wait_caught_up(&db.pool, "scram", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    wait_caught_up(&db.pool, "plain", ids[ids.len() - 1], Duration::from_secs(60)).await;
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
 
     // Cut the network between the sink and the broker while events keep coming.

@@ -40,7 +40,8 @@ pub struct KafkaOptions {
     /// Let a producer create topics by writing to them (default: no, so a missing topic is an
     /// error, as on most production clusters).
     pub auto_create_topics: bool,
-    /// Adds a SASL_PLAINTEXT listener with SCRAM-SHA-256 and this user and password.
+    /// Adds a SASL_PLAINTEXT listener where this user and password authenticate with
+    /// SCRAM-SHA-256 or PLAIN.
     pub scram_user: Option<(String, String)>,
     /// Adds an SSL listener serving this PEM certificate and PKCS#8 key (e.g. from
     /// [`crate::pki::Pki`], valid for 127.0.0.1).
@@ -76,6 +77,13 @@ impl Kafka {
         let advertised_port = opts.advertised_port.unwrap_or(port);
         let mut props =
             properties(dir.path(), port, advertised_port, controller_port, sasl_port, opts.auto_create_topics);
+        if let Some((user, password)) = &opts.scram_user {
+            // PLAIN checks against users listed in its JAAS entry (SCRAM's are in the metadata log).
+            props.push_str(&format!(
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+                 required user_{user}=\"{password}\";\n"
+            ));
+        }
         if let (Some(p), Some((cert, key))) = (ssl_port, &opts.tls) {
             // Kafka reads a PEM key store: the key and its certificate in one file.
             let store = dir.path().join("keystore.pem");
@@ -162,7 +170,7 @@ fn properties(dir: &Path, port: u16, advertised: u16, controller: u16, sasl: Opt
         listeners.push_str(&format!(",SASL_PLAINTEXT://127.0.0.1:{s}"));
         advertised_listeners.push_str(&format!(",SASL_PLAINTEXT://127.0.0.1:{s}"));
         protocols.push_str(",SASL_PLAINTEXT:SASL_PLAINTEXT");
-        sasl_props = "sasl.enabled.mechanisms=SCRAM-SHA-256\n\
+        sasl_props = "sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN\n\
              listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
             .to_owned();
     }
