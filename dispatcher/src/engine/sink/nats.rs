@@ -204,8 +204,15 @@ impl Sink for NatsSink {
                 ));
                 break;
             }
-            let value = record::value(self.value, ctx, ev)
-                .map_err(|e| SinkError::at(index, format!("nats: encoding event {}: {e}", ev.id)))?;
+            // A failure stops queueing but not the wait below: the events before it count as
+            // delivered only once acknowledged.
+            let value = match record::value(self.value, ctx, ev) {
+                Ok(v) => v,
+                Err(e) => {
+                    publish_error = Some(SinkError::at(index, format!("nats: encoding event {}: {e}", ev.id)));
+                    break;
+                }
+            };
             let msg = PublishMessage::build()
                 .payload(value.into())
                 .headers(self.headers(ctx, ev))

@@ -178,8 +178,15 @@ impl KafkaSink {
                 queue_error = Some(SinkError::at(index, format!("kafka: event {}: topic {e}", ev.id)));
                 break;
             }
-            let value = record::value(self.value, ctx, ev)
-                .map_err(|e| SinkError::at(index, format!("kafka: encoding event {}: {e}", ev.id)))?;
+            // A failure stops queueing but not the wait below: the events before it count as
+            // delivered only once acknowledged.
+            let value = match record::value(self.value, ctx, ev) {
+                Ok(v) => v,
+                Err(e) => {
+                    queue_error = Some(SinkError::at(index, format!("kafka: encoding event {}: {e}", ev.id)));
+                    break;
+                }
+            };
             let key = record::key(self.key, ev);
             let mut rec = FutureRecord::<[u8], [u8]>::to(&topic).payload(&value).headers(self.headers(ctx, ev));
             if let Some(k) = &key {
