@@ -38,6 +38,26 @@ impl Containerd {
         let program = which_or("containerd", "apt-get install containerd; .ci/run does")?;
         let ctr = which_or("ctr", "apt-get install containerd; .ci/run does")?;
         which_or("runc", "apt-get install runc; .ci/run does")?;
+        Containerd::start_with(&program, &ctr, dir, sandbox_image, log).await
+    }
+
+    /// [`Containerd::start`] with the given `containerd` and `ctr` programs.
+    pub async fn start_with(
+        program: &Path,
+        ctr: &Path,
+        dir: &Path,
+        sandbox_image: &str,
+        log: &Path,
+    ) -> Result<Containerd> {
+        for p in [program, ctr] {
+            if !p.is_file() {
+                bail!(
+                    "{} is missing: the real node needs containerd (apt-get install containerd; .ci/run does)",
+                    p.display()
+                );
+            }
+        }
+        let ctr = ctr.to_path_buf();
         if !Path::new(CNI_BIN_DIR).join("bridge").is_file() {
             bail!(
                 "{CNI_BIN_DIR}/bridge is missing: the real node's pod network needs the CNI plugins (apt-get install containernetworking-plugins; .ci/run does)"

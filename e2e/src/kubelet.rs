@@ -95,10 +95,11 @@ impl Kubelet {
             })
             .await
             .map_err(|e| match std::fs::read_to_string(self.process.log_path()) {
-                // The kubelet's own reasons, which the last lines may not show.
+                // The kubelet's own reasons (its error lines), which the last lines may not show.
                 Ok(log) => {
-                    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with('E')).take(10).collect();
-                    e.context(format!("the kubelet's first errors:\n{}", errors.join("\n")))
+                    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with('E')).collect();
+                    let last = &errors[errors.len().saturating_sub(10)..];
+                    e.context(format!("the kubelet's last errors:\n{}", last.join("\n")))
                 }
                 Err(_) => e,
             })?;

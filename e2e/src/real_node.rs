@@ -31,6 +31,7 @@ use crate::{
     kubelet::{Kubelet, NODE},
     pod_network::{GATEWAY, PodNetwork},
     proxy::Proxy,
+    user::User,
 };
 
 /// Container states that mean the container cannot start: waiting for them is pointless.
@@ -67,6 +68,18 @@ impl RealNode {
     /// controllers that make service-account tokens and `kube-root-ca.crt`: see
     /// [`CONTROLLERS`]). Returns once the node is Ready.
     pub async fn start(cp: &ControlPlane, programs: &Path) -> Result<RealNode> {
+        let identity = cp.user(&format!("system:node:{NODE}"), &["system:nodes"]).await?;
+        RealNode::start_as(cp, programs, &identity, Duration::from_secs(90)).await
+    }
+
+    /// [`RealNode::start`] with the kubelet authenticating as `identity`, and failing when the
+    /// node is not Ready within `join_timeout`, with the kubelet's last errors.
+    pub async fn start_as(
+        cp: &ControlPlane,
+        programs: &Path,
+        identity: &User,
+        join_timeout: Duration,
+    ) -> Result<RealNode> {
         if !nix::unistd::geteuid().is_root() {
             bail!("the real node needs root (the kubelet, containerd and a network bridge): run the test as root");
         }
@@ -113,7 +126,6 @@ impl RealNode {
         let proxy = node.network().forward(SERVICE_IP, 443, apiserver).await?;
         node.proxies.push(proxy);
 
-        let identity = cp.user(&format!("system:node:{NODE}"), &["system:nodes"]).await?;
         let mut kubelet = Kubelet::start(
             &cp.binaries().path(binaries::KUBELET),
             identity.kubeconfig_path(),
@@ -121,7 +133,7 @@ impl RealNode {
             &socket,
             &root.join("kubelet"),
         )?;
-        let ready = kubelet.wait_ready(&cp.client(), Duration::from_secs(90)).await;
+        let ready = kubelet.wait_ready(&cp.client(), join_timeout).await;
         node.kubelet = Some(kubelet);
         ready.context("joining the kubelet to the control plane")?;
         node.startup = started.elapsed();

@@ -18,7 +18,9 @@ use highwater::{
     events::{self, NewEvent},
 };
 use highwater_e2e::{
-    ControlPlane, controller_manager, helm, image,
+    ControlPlane,
+    containerd::Containerd,
+    controller_manager, helm, image, kubelet,
     pod_runner::built_programs,
     real_node::{self, RealNode},
     wait_for,
@@ -42,10 +44,13 @@ spec:
   sink: {log: {target: stderr}}
 "#;
 
-async fn control_plane_and_node() -> (ControlPlane, RealNode) {
+async fn control_plane() -> ControlPlane {
     let controllers = controller_manager::DEFAULT_CONTROLLERS.iter().chain(real_node::CONTROLLERS.iter());
-    let cp =
-        ControlPlane::builder().controllers(controllers.copied()).scheduler().start().await.expect("control plane");
+    ControlPlane::builder().controllers(controllers.copied()).scheduler().start().await.expect("control plane")
+}
+
+async fn control_plane_and_node() -> (ControlPlane, RealNode) {
+    let cp = control_plane().await;
     let node = RealNode::start(&cp, &built_programs()).await.expect("the real node");
     eprintln!("real node Ready in {:.1?} with image {}", node.startup, node.image.name);
     (cp, node)
@@ -240,4 +245,28 @@ async fn a_pod_whose_container_cannot_start_fails_with_the_reason() {
     eprintln!("{text}");
     assert!(text.contains("\"sh\"") && text.contains("not found"), "{text}");
     node.stop().await.expect("stopping the node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kubelet_that_cannot_join_fails_with_the_reason() {
+    let cp = control_plane().await;
+    // The node's user name without the system:nodes group: nothing authorizes it to register.
+    let identity = cp.user(&format!("system:node:{}", kubelet::NODE), &[]).await.unwrap();
+    let err = match RealNode::start_as(&cp, &built_programs(), &identity, Duration::from_secs(10)).await {
+        Ok(_) => panic!("a kubelet without the system:nodes group joined"),
+        Err(e) => format!("{e:#}"),
+    };
+    eprintln!("{err}");
+    assert!(err.contains("joining the kubelet") && err.contains("forbidden"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_containerd_fails_instead_of_skipping() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = std::path::Path::new("/nonexistent/containerd");
+    let err = match Containerd::start_with(missing, missing, dir.path(), "pause", &dir.path().join("log")).await {
+        Ok(_) => panic!("containerd started from {}", missing.display()),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("/nonexistent/containerd") && err.contains("apt-get install containerd"), "{err}");
 }
