@@ -252,8 +252,9 @@ impl Drop for RealNode {
 }
 
 /// The controllers a control plane needs for the real node's pods, besides the default ones:
-/// `kube-root-ca.crt` in every namespace (the projected service-account volume mounts it).
-pub const CONTROLLERS: [&str; 1] = ["root-ca-certificate-publisher-controller"];
+/// `kube-root-ca.crt` in every namespace (the projected service-account volume mounts it), and
+/// Jobs (the chart's migration hook).
+pub const CONTROLLERS: [&str; 2] = ["root-ca-certificate-publisher-controller", "job-controller"];
 
 /// Pod `Ready` condition true.
 fn is_ready(pod: &Pod) -> bool {

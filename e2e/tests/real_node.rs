@@ -1,9 +1,9 @@
 //! The chart's pods as containers on a real node: a kubelet built from the control plane's
 //! Kubernetes version joins it, with containerd and runc from Debian, and runs the image the
 //! repository's Dockerfile builds (e2e/src/real_node.rs, docs/image.md). `helm install` into a
-//! namespace enforcing the restricted Pod Security Standard: the operator (in-cluster
-//! configuration, its service-account token) and three dispatchers (probes, read-only root, user
-//! 65532, no capabilities) against the test's PostgreSQL; the scale 3 -> 1 scenario of
+//! namespace enforcing the restricted Pod Security Standard: the migration hook Job, the operator
+//! (in-cluster configuration, its service-account token) and three dispatchers (probes, read-only
+//! root, user 65532, no capabilities) against the test's PostgreSQL; the scale 3 -> 1 scenario of
 //! tests/scale_down.rs runs once here with real pods. A pod whose container cannot start fails
 //! with the reason.
 //!
@@ -127,9 +127,6 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
     let client = cp.client();
     let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("postgres");
     let pool = db::connect(&pg.url(), 5).await.unwrap();
-    // migrations.owner=none: the schema is applied here, before the install.
-    db::migrate(&pool).await.unwrap();
-    event_types::register(&pool, "order.placed", None, None).await.unwrap();
     let for_pods = node.expose(format!("127.0.0.1:{}", pg.port()).parse().unwrap()).await.unwrap();
     let url = format!("postgres://postgres@{for_pods}/postgres");
 
@@ -158,8 +155,6 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
             "--set",
             "database.existingSecret=hw-db",
             "--set",
-            "migrations.owner=none",
-            "--set",
             "dispatchers.groups[0].name=default",
             "--set",
             "dispatchers.groups[0].replicas=3",
@@ -167,6 +162,14 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
     )
     .await
     .unwrap();
+    println!("helm install, its migration hook Job included: {:.1?}", installed.elapsed());
+    // migrations.owner=hook (the default): helm waited for the migration Job's container.
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater._sqlx_migrations WHERE success")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(applied > 0, "the hook Job applied the schema");
+    event_types::register(&pool, "order.placed", None, None).await.unwrap();
     let operator = node.wait_pods_ready(&client, NS, OPERATOR, 1, Duration::from_secs(90)).await.unwrap();
     node.wait_pods_ready(&client, NS, DISPATCHERS, 3, Duration::from_secs(90)).await.unwrap();
     println!("helm install to every pod Ready (1 operator, 3 dispatchers): {:.1?}", installed.elapsed());
