@@ -6,7 +6,7 @@
 //! - `restrict_oom_score_adj = true`: the kubelet gives the sandbox oom_score_adj -998, and
 //!   lowering it is refused here (`nsexec: failed to update /proc/self/oom_score_adj: Permission
 //!   denied`, surfacing as `runc create failed: … can't get final child's PID from pipe: EOF`);
-//! - `disable_apparmor = true`: no AppArmor in this kernel.
+//! - `disable_apparmor = true`: this kernel has no AppArmor (no /sys/module/apparmor).
 use std::{
     path::{Path, PathBuf},
     process::Command,

@@ -213,6 +213,16 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
     println!("scale-down 3 -> 1 to the removed pods' shards gone, real pods: {took:.1?}");
     assert!(pods3.contains(&left[0]), "the surviving shard is one of the original pods'");
     assert!(took < Duration::from_secs(30), "shard removal took {took:?}");
+    // The operator removed them (not the dispatchers on their way out): its event for each pod.
+    let removed: Vec<&str> = pods3.iter().filter(|p| **p != left[0]).map(|p| p.0.as_str()).collect();
+    let filter = r#"jsonpath={range .items[?(@.reason=="PodShardsRemoved")]}{.related.name}{"\n"}{end}"#;
+    wait_for("the operator's PodShardsRemoved event for each deleted pod", Duration::from_secs(30), || async {
+        let out =
+            cp.kubectl_ok(["get", "events.events.k8s.io", "-n", NS, "-o", filter]).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(removed.iter().all(|pod| out.lines().any(|l| l == *pod)).then_some(()))
+    })
+    .await
+    .unwrap();
     node.wait_pods_ready(&client, NS, DISPATCHERS, 1, Duration::from_secs(60)).await.unwrap();
 
     node.stop().await.expect("stopping the node");
