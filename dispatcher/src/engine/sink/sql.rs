@@ -82,6 +82,10 @@ impl Sink for SqlSink {
         true
     }
 
+    fn needs_bodies(&self) -> bool {
+        false
+    }
+
     async fn prepare(&self, conn: &mut PgConnection) -> Result<(), SinkError> {
         let problem: Option<String> = sqlx::query_scalar("SELECT highwater.sql_sink_prepare($1, $2)")
             .bind(self.form.as_str())
