@@ -339,6 +339,59 @@ async fn tls_to_the_broker_with_a_ca_file() {
     assert!(e.contains("SSL handshake failed") || e.contains("certificate verify failed"), "{e}");
 }
 
+/// A figure, not a check (ignored in the suite): how fast a backlog drains to Kafka. Run with a
+/// release build: `cargo build --release -p highwater --bin highwater && HIGHWATER_BIN=target/release/highwater
+/// RELAY_EVENTS=200000 cargo test -p highwater-e2e --test kafka_sink relay_throughput -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn relay_throughput() {
+    let n: i64 = std::env::var("RELAY_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let batch: u32 = std::env::var("RELAY_BATCH").ok().and_then(|v| v.parse().ok()).unwrap_or(5000);
+    let kafka = Kafka::start(KafkaOptions::default()).await.expect("start kafka");
+    create_topics(&kafka.bootstrap(), &["events.order"]).await;
+    let db = db().await;
+    let mut from = 1;
+    while from <= n {
+        let to = (from + 9_999).min(n);
+        sqlx::query(
+            "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
+             SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced',
+                    jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR'),
+                    jsonb_build_object('correlation_id', gen_random_uuid()::text)
+               FROM generate_series($1::bigint, $2::bigint) g",
+        )
+        .bind(from)
+        .bind(to)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        from = to + 1;
+    }
+    let last: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await.unwrap();
+    apply(
+        &db,
+        "relay",
+        &format!(
+            "delivery: Shared\nbatchSize: {batch}\nsink:\n  kafka: {{brokers: [\"{}\"], topic: \"events.{{streamType}}\"}}\n",
+            kafka.bootstrap()
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let relay = dispatcher(&db.url, logs.path(), &[]);
+    wait_caught_up(&db.pool, "relay", last, Duration::from_secs(600)).await;
+    let took = started.elapsed().as_secs_f64();
+    let p = relay.metric("highwater_sink_publish_seconds_sum", &[("consumer", "relay")]).await.unwrap_or(0.0);
+    let c = relay.metric("highwater_sink_publish_seconds_count", &[("consumer", "relay")]).await.unwrap_or(0.0);
+    eprintln!(
+        "{n} events to Kafka in {took:.1} s (dispatcher start included): {:.0} events/s; batch {batch}, mean \
+         publish {:.0} ms per batch",
+        n as f64 / took,
+        1000.0 * p / c.max(1.0)
+    );
+}
+
 fn proxy_bootstrap(proxy: &Proxy) -> String {
     format!("127.0.0.1:{}", proxy.port())
 }
