@@ -78,6 +78,20 @@ pub enum ConsumerCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Wait until the consumer has applied every event it selects of the transactions a token
+    /// covers (read-your-writes). Exit code 0: applied; 2: timed out; 1: refused (bad input).
+    Wait {
+        name: String,
+        /// The token of the write: `highwater.token()` (or the token `append_position` returned).
+        #[arg(long)]
+        after: String,
+        /// How long to wait (at most 5m; 0 looks once).
+        #[arg(long, default_value = "5s")]
+        timeout: String,
+        /// One instance of a PerInstance consumer (default: every instance).
+        #[arg(long)]
+        instance: Option<String>,
+    },
     /// Delete PerInstance shards whose heartbeat is older than --stale-after (never __shared__).
     Gc {
         /// Only this consumer's shards.
@@ -169,6 +183,21 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         }
         ConsumerCmd::Rewind { name, to, target } => {
             print_changes(&ops::rewind(pool, &name, target.get(), to).await?, target.output)?
+        }
+        ConsumerCmd::Wait { name, after, timeout, instance } => {
+            let token: crate::Token = after.parse()?;
+            let timeout = crate::wait::parse_timeout(&timeout)?;
+            match crate::wait_applied_on(pool, &name, instance.as_deref(), token, timeout).await? {
+                crate::Waited::Applied => println!("consumer {name} has applied token {token}"),
+                crate::Waited::TimedOut { pending } => {
+                    eprintln!(
+                        "timed out after {}: consumer {name} has not applied token {token} yet ({pending})",
+                        humantime::format_duration(timeout)
+                    );
+                    // Distinct from a refusal (1): scripts retry on 2.
+                    std::process::exit(2);
+                }
+            }
         }
         ConsumerCmd::Gc { name, stale_after, instance, include_managed } => {
             let o = ops::GcOptions { stale_after, consumer: name, instance, include_managed };
