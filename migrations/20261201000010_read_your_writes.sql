@@ -184,3 +184,52 @@ CREATE TRIGGER consumer_shards_notify_applied_update
 CREATE TRIGGER consumer_shards_notify_applied_insert
     AFTER INSERT ON highwater.consumer_shards
     FOR EACH ROW EXECUTE FUNCTION highwater.notify_applied();
+
+-- Rebuilds and bootstraps of read models (docs/read-your-writes.md).
+ALTER TABLE highwater.consumer_shards
+    -- A rebuild in progress: when it started, delivered_count then, how many events it replays
+    -- and where it is complete (the head when it started).
+    ADD COLUMN rebuild_started_at timestamptz,
+    ADD COLUMN rebuild_base       bigint,
+    ADD COLUMN rebuild_total      bigint,
+    ADD COLUMN rebuild_target_tx  xid8,
+    ADD COLUMN rebuild_target_id  bigint,
+    -- The bootstrap has not run yet: the shard is disabled until it has.
+    ADD COLUMN bootstrap_pending  boolean NOT NULL DEFAULT false,
+    -- The snapshot the bootstrap read the application's tables in, and the ids of the events at or
+    -- above its xmin that it saw: those the read model already holds, never delivered. Visibility
+    -- is the writer's, not the stamped tx_id's: the list is what the snapshot itself returned.
+    -- Events below its xmin were all visible to it (a stamped tx_id is never below its writer's
+    -- own id), events stamped at or above its xmax none (a raise copies the id of a transaction
+    -- that committed before the writer appended), so the list holds only the window between.
+    ADD COLUMN bootstrap_snapshot pg_snapshot,
+    ADD COLUMN bootstrap_seen     bigint[] NOT NULL DEFAULT '{}';
+
+-- What `events prune` (or any delete) removed, per event type: a rebuild that would replay from
+-- the log refuses when events of its types are gone.
+CREATE TABLE highwater.pruned (
+    event_type     text PRIMARY KEY,
+    events         bigint NOT NULL,
+    newest_id      bigint NOT NULL,
+    last_pruned_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE FUNCTION highwater.record_pruned() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO highwater.pruned AS p (event_type, events, newest_id)
+    SELECT o.event_type, count(*), max(o.id) FROM old_rows o GROUP BY o.event_type
+    ON CONFLICT (event_type) DO UPDATE
+        SET events = p.events + EXCLUDED.events,
+            newest_id = greatest(p.newest_id, EXCLUDED.newest_id),
+            last_pruned_at = now();
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER events_record_pruned
+    AFTER DELETE ON highwater.events
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION highwater.record_pruned();

@@ -78,6 +78,12 @@ pub enum ConsumerCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Rebuild a read model: run `sink.sql.reset` and replay every event, in one transaction with
+    /// the cursor's rewind (refused when events it needs were pruned, unless it declares
+    /// `sink.sql.bootstrap`, which then refills it instead). Progress: `consumer status`.
+    Rebuild { name: String },
+    /// Run `sink.sql.bootstrap` now (one that failed at creation, or a refill from the tables).
+    Bootstrap { name: String },
     /// Wait until the consumer has applied every event it selects of the transactions a token
     /// covers (read-your-writes). Exit code 0: applied; 2: timed out; 1: refused (bad input).
     Wait {
@@ -183,6 +189,10 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         }
         ConsumerCmd::Rewind { name, to, target } => {
             print_changes(&ops::rewind(pool, &name, target.get(), to).await?, target.output)?
+        }
+        ConsumerCmd::Rebuild { name } => println!("eventconsumer/{name}: {}", ops::rebuild(pool, &name).await?),
+        ConsumerCmd::Bootstrap { name } => {
+            println!("eventconsumer/{name}: {}", ops::Rebuilt::Bootstrapped(ops::bootstrap(pool, &name).await?))
         }
         ConsumerCmd::Wait { name, after, timeout, instance } => {
             let token: crate::Token = after.parse()?;

@@ -76,6 +76,8 @@ pub struct Shard {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Milliseconds until `next_attempt_at` by the database clock (negative when due).
     pub retry_in_ms: Option<i64>,
+    /// Events after the cursor that the read model's bootstrap already saw: never delivered.
+    pub skip: Vec<i64>,
 }
 
 /// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
@@ -136,7 +138,8 @@ pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str
 
 const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
-     (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms";
+     (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms, \
+     CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip";
 
 fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
@@ -149,6 +152,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
         failing_event_id: r.try_get("failing_event_id")?,
         next_attempt_at: r.try_get("next_attempt_at")?,
         retry_in_ms: r.try_get("retry_in_ms")?,
+        skip: r.try_get("skip")?,
     })
 }
 
@@ -239,6 +243,18 @@ pub struct Batch {
 /// bind parameters so the row comparison is an index condition on `(tx_id, id)`; the fence, the
 /// head and the events all come from one statement, hence one snapshot.
 pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[String], limit: i64) -> Result<Batch> {
+    read_batch_skipping(conn, cursor, types, &[], limit).await
+}
+
+/// [`read_batch`] leaving out the events `skip` names (those a bootstrap saw), like events of
+/// other types: the cursor still moves past them.
+pub async fn read_batch_skipping(
+    conn: &mut PgConnection,
+    cursor: Position,
+    types: &[String],
+    skip: &[i64],
+    limit: i64,
+) -> Result<Batch> {
     let sql = format!(
         "WITH s AS MATERIALIZED (
              SELECT {fence} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)
@@ -252,6 +268,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
                  WHERE (e.tx_id, e.id) > ($1, $2)
                    AND e.tx_id < s.fence
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
+                   AND NOT (e.id = ANY($5::bigint[]))
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
           ORDER BY b.tx, b.id",
@@ -262,6 +279,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
         .bind(cursor.id)
         .bind(types)
         .bind(limit)
+        .bind(skip)
         .fetch_all(conn)
         .await?;
     let first = rows.first().ok_or_else(|| Error::Internal("the fence query returned no row".into()))?;

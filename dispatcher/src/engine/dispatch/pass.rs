@@ -118,7 +118,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: Duration::from_millis(ms as u64) });
     }
     let limit = i64::from(ctx.spec.batch_size);
-    let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
+    let batch = shards::read_batch_skipping(conn, shard.cursor, &ctx.spec.event_types, &shard.skip, limit).await?;
     if shard.cursor.tx >= batch.next_xid {
         return Err(shards::cursors_ahead([(&*shard.consumer, &*shard.instance_id, shard.cursor.tx)], batch.next_xid));
     }
