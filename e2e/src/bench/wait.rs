@@ -65,13 +65,12 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
             let mut waits = Vec::new();
             for i in 0..ticks {
                 tick.tick().await;
-                let token: highwater::Xid8 = sqlx::query_scalar(
-                    "SELECT token FROM highwater.append_position('order', $1, 'OrderPlaced', $2)",
-                )
-                .bind(format!("o-{w}-{i}"))
-                .bind(serde_json::json!({"order_id": i, "amount": 42}))
-                .fetch_one(&pool)
-                .await?;
+                let token: highwater::Xid8 =
+                    sqlx::query_scalar("SELECT token FROM highwater.append_position('order', $1, 'OrderPlaced', $2)")
+                        .bind(format!("o-{w}-{i}"))
+                        .bind(serde_json::json!({"order_id": i, "amount": 42}))
+                        .fetch_one(&pool)
+                        .await?;
                 let committed = Instant::now();
                 let token = Token(token);
                 newest.send_modify(|t| *t = (*t).max(token));

@@ -1,18 +1,20 @@
 //! Rebuilding a read model (`consumer rebuild`) and bootstrapping one from the application's
-//! tables (`spec.sink.sql.bootstrap`). Both claim the shard like a dispatcher does (its advisory
-//! lock), so no pass is in flight while they run, and change the read model and the cursor in one
-//! transaction: a reader sees the old read model or the new one being rebuilt, never a mix.
-use std::{fmt, time::Duration};
+//! tables (`spec.sink.sql.bootstrap`). Both change the read model and the cursor in one
+//! transaction, so a reader sees the old read model or the new one being built, never a mix.
+//! They do not wait for the shard's claim (a dispatcher draining a backlog keeps it from batch to
+//! batch): a dispatcher's batch in flight either committed before their cursor update, which is
+//! then conditional on the cursor they read first and retried, or fails its own conditional
+//! cursor update afterwards and rolls back with its sink's writes.
+use std::fmt;
 
-use highwater_crds::{ConsumerSpec, Delivery, SHARED_INSTANCE, SqlSink};
+use highwater_crds::{ConsumerSpec, Delivery, SqlSink};
 use sqlx::{Connection, PgConnection, PgPool, types::Json};
 
-use crate::{Error, Position, Result, Xid8, notify, shards};
+use crate::{Error, Position, Result, Xid8, notify};
 
-/// How long a rebuild waits for a dispatcher's pass in flight to end.
-const CLAIM_TIMEOUT: Duration = Duration::from_secs(30);
-/// A bootstrap whose shard row changed under its snapshot is tried again this many times.
-const SERIALIZATION_RETRIES: u32 = 5;
+/// A rebuild or bootstrap whose shard's cursor moved under it (a dispatcher's batch committed
+/// meanwhile) is tried again this many times.
+const RETRIES: u32 = 50;
 
 /// What a rebuild did.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -68,24 +70,6 @@ async fn sql_spec(pool: &PgPool, name: &str, verb: &str) -> Result<(ConsumerSpec
     Ok((spec, sql))
 }
 
-/// Claims the shared shard, waiting up to [`CLAIM_TIMEOUT`] for a pass in flight.
-async fn claim(pool: &PgPool, name: &str) -> Result<shards::ShardLock> {
-    let deadline = tokio::time::Instant::now() + CLAIM_TIMEOUT;
-    loop {
-        if let Some(l) = shards::try_lock(pool, name, SHARED_INSTANCE).await? {
-            return Ok(l);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(Error::refused(format!(
-                "consumer {name}: a dispatcher kept its shard busy for {}s",
-                CLAIM_TIMEOUT.as_secs()
-            ))
-            .with_fix("try again; a batch that takes this long may need a smaller batchSize"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Events of the consumer's types that were pruned: `(event type, count, newest id)`.
 async fn pruned(conn: &mut PgConnection, types: &[String]) -> Result<Vec<(String, i64, i64)>> {
     Ok(sqlx::query_as(
@@ -103,10 +87,8 @@ async fn pruned(conn: &mut PgConnection, types: &[String]) -> Result<Vec<(String
 /// it). Progress is in `consumer status`.
 pub async fn rebuild(pool: &PgPool, name: &str) -> Result<Rebuilt> {
     let (spec, sql) = sql_spec(pool, name, "rebuild").await?;
-    let mut lock = claim(pool, name).await?;
-    let out = rebuild_locked(lock.conn(), name, &spec, &sql).await;
-    lock.release().await?;
-    out
+    let mut conn = pool.acquire().await?;
+    rebuild_locked(&mut conn, name, &spec, &sql).await
 }
 
 async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec, sql: &SqlSink) -> Result<Rebuilt> {
@@ -126,47 +108,64 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
              and run `highwater consumer rebuild {name}` again: with events pruned it bootstraps instead"
         )));
     }
-    let mut tx = conn.begin().await?;
-    if let Some(reset) = &sql.reset {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(reset.clone())).execute(&mut *tx).await.map_err(|e| {
-            Error::refused(format!("sink.sql.reset of {name} failed: {e}"))
-                .with_fix("fix the statements; nothing was changed")
-        })?;
+    for _ in 0..RETRIES {
+        let mut tx = conn.begin().await?;
+        // The cursor before the reset: the update below is conditional on it.
+        let Some((from_tx, from_id)): Option<(Xid8, i64)> = sqlx::query_as(
+            "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
+        )
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Err(Error::refused(format!("consumer {name} has no shard yet: nothing to rebuild"))
+                .with_fix("start a dispatcher of its group; it builds the read model from the first event"));
+        };
+        if let Some(reset) = &sql.reset {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(reset.clone())).execute(&mut *tx).await.map_err(|e| {
+                Error::refused(format!("sink.sql.reset of {name} failed: {e}"))
+                    .with_fix("fix the statements; nothing was changed")
+            })?;
+        }
+        let row: Option<(i64, Option<Xid8>, Option<i64>)> = sqlx::query_as(concat!(
+            "WITH s AS MATERIALIZED (SELECT ",
+            fence!(),
+            " AS fence),
+                  h AS (SELECT tx_id, id FROM highwater.events, s WHERE tx_id < s.fence
+                         ORDER BY tx_id DESC, id DESC LIMIT 1)
+             UPDATE highwater.consumer_shards
+                SET cursor_tx = '0', cursor_id = 0, attempts = 0, last_error = NULL,
+                    failing_event_id = NULL, next_attempt_at = NULL,
+                    status = CASE WHEN status = 'disabled' THEN 'disabled' ELSE 'idle' END,
+                    bootstrap_snapshot = NULL, bootstrap_seen = '{}',
+                    rebuild_started_at = clock_timestamp(), rebuild_base = delivered_count,
+                    rebuild_total = (SELECT count(*) FROM highwater.events e, s
+                                      WHERE e.tx_id < s.fence
+                                        AND (cardinality($2::text[]) = 0 OR e.event_type = ANY ($2))),
+                    rebuild_target_tx = (SELECT tx_id FROM h), rebuild_target_id = (SELECT id FROM h),
+                    updated_at = now()
+              WHERE consumer = $1 AND instance_id = '__shared__' AND cursor_tx = $3 AND cursor_id = $4
+             RETURNING rebuild_total, rebuild_target_tx, rebuild_target_id",
+        ))
+        .bind(name)
+        .bind(&spec.event_types)
+        .bind(from_tx)
+        .bind(from_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((total, target_tx, target_id)) = row else {
+            // A dispatcher's batch committed after the reset's snapshot: its rows may have
+            // escaped the reset. Start again.
+            tx.rollback().await?;
+            continue;
+        };
+        notify::control(&mut *tx, name).await?;
+        tx.commit().await?;
+        let target = target_tx.zip(target_id).map(Position::from);
+        return Ok(Rebuilt::Replaying { total, target });
     }
-    let (total, target_tx, target_id): (i64, Option<Xid8>, Option<i64>) = sqlx::query_as(concat!(
-        "WITH s AS MATERIALIZED (SELECT ",
-        fence!(),
-        " AS fence),
-              h AS (SELECT tx_id, id FROM highwater.events, s WHERE tx_id < s.fence
-                     ORDER BY tx_id DESC, id DESC LIMIT 1),
-              upd AS (
-                UPDATE highwater.consumer_shards
-                   SET cursor_tx = '0', cursor_id = 0, attempts = 0, last_error = NULL,
-                       failing_event_id = NULL, next_attempt_at = NULL,
-                       status = CASE WHEN status = 'disabled' THEN 'disabled' ELSE 'idle' END,
-                       bootstrap_snapshot = NULL, bootstrap_seen = '{}',
-                       rebuild_started_at = clock_timestamp(), rebuild_base = delivered_count,
-                       rebuild_total = (SELECT count(*) FROM highwater.events e, s
-                                         WHERE e.tx_id < s.fence
-                                           AND (cardinality($2::text[]) = 0 OR e.event_type = ANY ($2))),
-                       rebuild_target_tx = (SELECT tx_id FROM h), rebuild_target_id = (SELECT id FROM h),
-                       updated_at = now()
-                 WHERE consumer = $1 AND instance_id = '__shared__'
-                RETURNING rebuild_total, rebuild_target_tx, rebuild_target_id)
-         SELECT * FROM upd",
-    ))
-    .bind(name)
-    .bind(&spec.event_types)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or_else(|| {
-        Error::refused(format!("consumer {name} has no shard yet: nothing to rebuild"))
-            .with_fix("start a dispatcher of its group; it builds the read model from the first event")
-    })?;
-    notify::control(&mut *tx, name).await?;
-    tx.commit().await?;
-    let target = target_tx.zip(target_id).map(Position::from);
-    Ok(Rebuilt::Replaying { total, target })
+    Err(Error::refused(format!("consumer {name}: its cursor kept moving during {RETRIES} rebuild attempts"))
+        .with_fix("try again; a reset that takes long (DELETE of a large table) is faster as TRUNCATE"))
 }
 
 /// Runs `sink.sql.bootstrap` of a consumer whose shard waits for it (created with a bootstrap),
@@ -177,10 +176,8 @@ pub async fn bootstrap(pool: &PgPool, name: &str) -> Result<Bootstrapped> {
         return Err(Error::refused(format!("consumer {name} declares no spec.sink.sql.bootstrap"))
             .with_fix("add it to the spec and apply, or use `highwater consumer rebuild` to replay the log"));
     }
-    let mut lock = claim(pool, name).await?;
-    let out = bootstrap_locked(lock.conn(), name, &sql, false).await;
-    lock.release().await?;
-    out
+    let mut conn = pool.acquire().await?;
+    bootstrap_locked(&mut conn, name, &sql, false).await
 }
 
 /// In one REPEATABLE READ transaction, so one snapshot S: `reset` (when `reset`), the bootstrap
@@ -241,7 +238,7 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
             Err(e) => {
                 let _ = tx.rollback().await;
                 let serialization = e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "40001");
-                if serialization && attempt < SERIALIZATION_RETRIES {
+                if serialization && attempt < RETRIES {
                     continue;
                 }
                 return Err(Error::refused(format!("sink.sql.bootstrap of {name} failed: {e}"))
