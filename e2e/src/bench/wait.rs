@@ -2,8 +2,8 @@
 //! transaction, through `highwater.append_position`, which returns the write's token) and each
 //! write is followed by `wait_applied` on a shared consumer with a SQL projection sink, timed
 //! from the commit to the wait's return. Meanwhile `wait_waiters` more waiters keep waiting on
-//! the newest token (each re-registers as soon as it is released), so that many waits are
-//! pending at any moment. Reported: the latency percentiles, and what the waiters cost the
+//! the newest token (each waits again, on the next newest token, as soon as it is released), so
+//! that many waits are pending at any moment. Reported: the latency percentiles, and what the waiters cost the
 //! database: the statements of the process's wait hub per second (one per cursor-advance
 //! notification at most, whatever the number of waiters) beside the notifications per second.
 use std::{
@@ -40,14 +40,18 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     let stop = tokio_util::sync::CancellationToken::new();
     let mut background = Vec::new();
     for _ in 0..sizes.wait_waiters {
-        let (pool, rx, stop) = (pool.clone(), newest_rx.clone(), stop.clone());
+        let (pool, mut rx, stop) = (pool.clone(), newest_rx.clone(), stop.clone());
         background.push(tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                let token = *rx.borrow();
+            loop {
+                let token = *rx.borrow_and_update();
                 let r = wait::wait_applied(&pool, "ryw", token, Duration::from_secs(30)).await?;
                 anyhow::ensure!(r == Waited::Applied, "a background wait timed out: {r:?}");
+                // Then wait again on a newer token (a newer write).
+                tokio::select! {
+                    _ = stop.cancelled() => return anyhow::Ok(()),
+                    changed = rx.changed() => if changed.is_err() { return anyhow::Ok(()) },
+                }
             }
-            anyhow::Ok(())
         }));
     }
 
