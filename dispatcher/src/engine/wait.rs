@@ -263,14 +263,10 @@ async fn listen(inner: Arc<Inner>) {
         delay = Duration::from_millis(100);
         inner.listening.store(true, Ordering::SeqCst);
         mark(&inner, None);
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(n)) => {
-                    inner.notifications.fetch_add(1, Ordering::Relaxed);
-                    mark(&inner, Some(n.payload()));
-                }
-                Ok(None) | Err(_) => break,
-            }
+        // `None` or an error: the connection is gone.
+        while let Ok(Some(n)) = listener.try_recv().await {
+            inner.notifications.fetch_add(1, Ordering::Relaxed);
+            mark(&inner, Some(n.payload()));
         }
         inner.listening.store(false, Ordering::SeqCst);
         mark(&inner, None);

@@ -85,14 +85,14 @@ pub async fn token(conn: &mut PgConnection) -> Result<Token> {
 
 /// Maps the SQLSTATEs of `highwater.applied` to refusals with their fix.
 fn from_applied(e: sqlx::Error) -> Error {
-    if let Some(pg) = e.as_database_error().and_then(|d| d.try_downcast_ref::<PgDatabaseError>()) {
-        if matches!(pg.code(), "HW010" | "HW011" | "HW012") {
-            let r = Error::refused(pg.message().to_owned());
-            return match pg.hint() {
-                Some(h) => r.with_fix(h.to_owned()),
-                None => r,
-            };
-        }
+    if let Some(pg) = e.as_database_error().and_then(|d| d.try_downcast_ref::<PgDatabaseError>())
+        && matches!(pg.code(), "HW010" | "HW011" | "HW012")
+    {
+        let r = Error::refused(pg.message().to_owned());
+        return match pg.hint() {
+            Some(h) => r.with_fix(h.to_owned()),
+            None => r,
+        };
     }
     Error::Database(e)
 }
@@ -125,13 +125,16 @@ pub struct Bound {
     pub shared: bool,
 }
 
+/// `(consumer, instance, bound, next transaction id, shared)` as [`bounds`] reads them.
+type BoundRow = (String, Option<String>, Option<Xid8>, Xid8, bool);
+
 /// The applied bounds of many `(consumer, instance)` keys in one statement and one snapshot, with
 /// the database's next transaction id: what a waiter hub runs once per wake-up, whatever the
 /// number of waiters.
 pub async fn bounds(pool: &PgPool, keys: &[(String, Option<String>)]) -> Result<(Vec<Bound>, Xid8)> {
     let (consumers, instances): (Vec<&str>, Vec<Option<&str>>) =
         keys.iter().map(|(c, i)| (c.as_str(), i.as_deref())).unzip();
-    let rows: Vec<(String, Option<String>, Option<Xid8>, Xid8, bool)> = sqlx::query_as(
+    let rows: Vec<BoundRow> = sqlx::query_as(
         "SELECT k.consumer, k.instance, highwater.applied_bound(k.consumer, k.instance),
                 pg_snapshot_xmax(pg_current_snapshot()), coalesce(c.delivery = 'Shared', false)
            FROM unnest($1::text[], $2::text[]) AS k(consumer, instance)
