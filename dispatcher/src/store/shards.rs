@@ -7,7 +7,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
-    events::{EVENT_COLUMNS, EventRow},
+    events::{EVENT_COLUMNS, EVENT_HEADER_COLUMNS, EventRow},
 };
 
 /// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
@@ -283,12 +283,14 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
 /// ([`try_lock`]): the statement's snapshot is taken after the claim, so the cursor it reads is
 /// the last one committed. The cursor reaches the index condition as a lateral reference, which
 /// PostgreSQL turns into a parameter of the index scan. `None` when the shard row is gone.
+/// Without `bodies` the events come without payload and metadata (see [`EVENT_HEADER_COLUMNS`]).
 pub async fn load_and_read(
     conn: &mut PgConnection,
     consumer: &str,
     instance: &str,
     types: &[String],
     limit: i64,
+    bodies: bool,
 ) -> Result<Option<(Shard, Batch)>> {
     let sql = format!(
         "WITH {s},
@@ -299,7 +301,7 @@ pub async fn load_and_read(
            CROSS JOIN sh
            {HEAD_LATERAL}
            LEFT JOIN LATERAL (
-                SELECT {EVENT_COLUMNS} FROM highwater.events e
+                SELECT {columns} FROM highwater.events e
                  WHERE sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
                    AND (e.tx_id, e.id) > (sh.cursor_tx, sh.cursor_id)
                    AND e.tx_id < s.fence
@@ -309,7 +311,8 @@ pub async fn load_and_read(
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
           ORDER BY b.tx, b.id",
-        s = fence_cte()
+        s = fence_cte(),
+        columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(consumer)

@@ -120,8 +120,15 @@ pub async fn run(ctx: &ShardCtx, claim: &mut Option<ShardLock>) -> Result<Outcom
 
 async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
     let limit = i64::from(ctx.spec.batch_size);
-    let Some((shard, batch)) =
-        shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit).await?
+    let Some((shard, batch)) = shards::load_and_read(
+        conn,
+        &ctx.consumer,
+        &ctx.instance_id,
+        &ctx.spec.event_types,
+        limit,
+        ctx.sink.needs_bodies(),
+    )
+    .await?
     else {
         return Ok(Outcome::Missing);
     };

@@ -54,6 +54,12 @@ pub trait Sink: Send + Sync {
         false
     }
 
+    /// `false`: the sink never reads events' payload and metadata in this process (the SQL sink
+    /// reads the events server-side), so the dispatcher does not fetch and decode them.
+    fn needs_bodies(&self) -> bool {
+        true
+    }
+
     /// For transactional sinks, called on the cursor connection before the cursor transaction
     /// opens, outside it: work that would otherwise take a transaction id (catalog writes) for
     /// the whole delivery. An error fails the batch's first event.

@@ -3,14 +3,14 @@
 //! A batch costs three round trips whatever its size: `highwater.sql_sink_prepare` before the
 //! cursor transaction (a no-op once the session has the statement's functions), the
 //! transaction-local settings, then one call of `highwater.sql_sink_apply`
-//! (migrations/20261201000001_sql_sink_batch.sql) with the batch as arrays, which runs the
-//! statement per event (or once over the batch, `form: set`) server-side, planned once.
+//! (migrations/20261201000001_sql_sink_batch.sql) naming the batch by its ids, which reads the
+//! events and runs the statement per event (or once over the batch, `form: set`) server-side,
+//! planned once.
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use highwater_crds::{SqlForm, SqlSink as SqlSinkSpec};
-use sqlx::{PgConnection, types::Json};
+use sqlx::PgConnection;
 
 use super::{DeliveryContext, Sink, SinkError};
 use crate::{Error, Event, Result};
@@ -39,62 +39,28 @@ impl SqlSink {
     }
 
     /// One call of `highwater.sql_sink_apply`: `Ok` when every event applied; otherwise nothing
-    /// of this call is applied and the error names the first failing event.
+    /// of this call is applied and the error names the first failing event. The events are
+    /// named (ids and their transaction-id range), not sent: the server reads them itself.
     async fn apply(&self, conn: &mut PgConnection, events: &[Event], single: bool) -> Result<(), SinkError> {
-        let b = Columns::of(events);
+        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         let (failed, deferred, message): (Option<i32>, Option<bool>, Option<String>) = sqlx::query_as(
-            "SELECT failed, deferred, message
-               FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            "SELECT failed, deferred, message FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(self.form.as_str())
         .bind(&self.statement)
         .bind(&self.role)
         .bind(single)
-        .bind(b.payload)
-        .bind(b.id)
-        .bind(b.stream_type)
-        .bind(b.stream_id)
-        .bind(b.event_type)
-        .bind(b.tenant)
-        .bind(b.metadata)
-        .bind(b.version)
-        .bind(b.created)
+        .bind(first.position().xid8())
+        .bind(last.position().xid8())
+        .bind(ids)
         .fetch_one(conn)
         .await
         .map_err(|e| fail(0, e))?;
         let Some(index) = failed else { return Ok(()) };
-        let index = (index.max(0) as usize).min(events.len().saturating_sub(1));
+        let index = (index.max(0) as usize).min(events.len() - 1);
         let deferred = deferred.unwrap_or(false) && index > 0;
         Err(SinkError { index, message: message.unwrap_or_default(), deferred })
-    }
-}
-
-/// The batch as one array per statement parameter.
-struct Columns<'a> {
-    payload: Vec<Json<&'a serde_json::Value>>,
-    id: Vec<i64>,
-    stream_type: Vec<&'a str>,
-    stream_id: Vec<&'a str>,
-    event_type: Vec<&'a str>,
-    tenant: Vec<Option<&'a str>>,
-    metadata: Vec<Json<&'a serde_json::Value>>,
-    version: Vec<Option<i64>>,
-    created: Vec<DateTime<Utc>>,
-}
-
-impl<'a> Columns<'a> {
-    fn of(events: &'a [Event]) -> Self {
-        Columns {
-            payload: events.iter().map(|e| Json(&e.payload)).collect(),
-            id: events.iter().map(|e| e.id).collect(),
-            stream_type: events.iter().map(|e| e.stream_type.as_str()).collect(),
-            stream_id: events.iter().map(|e| e.stream_id.as_str()).collect(),
-            event_type: events.iter().map(|e| e.event_type.as_str()).collect(),
-            tenant: events.iter().map(|e| e.tenant_id.as_deref()).collect(),
-            metadata: events.iter().map(|e| Json(&e.metadata)).collect(),
-            version: events.iter().map(|e| e.stream_version).collect(),
-            created: events.iter().map(|e| e.created_at).collect(),
-        }
     }
 }
 
@@ -114,6 +80,10 @@ impl Sink for SqlSink {
 
     fn transactional(&self) -> bool {
         true
+    }
+
+    fn needs_bodies(&self) -> bool {
+        false
     }
 
     async fn prepare(&self, conn: &mut PgConnection) -> Result<(), SinkError> {
