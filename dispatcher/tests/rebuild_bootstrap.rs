@@ -259,3 +259,48 @@ async fn bootstrap_under_concurrent_writers_misses_and_duplicates_nothing() {
     assert!(delivered > 0 && delivered < total, "the bootstrap covered some events, delivery the rest");
     assert_eq!(model, app, "read model = application table: 0 missing, 0 duplicated");
 }
+
+/// While a rebuild runs, its progress shows in `consumer status -o json` (done, total, rate, ETA)
+/// and in the dispatcher's `/metrics` (`highwater_rebuild_events_done` / `_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_progress_shows_in_status_and_metrics() {
+    let db = setup(&["Added"]).await;
+    apply(
+        &db.pool,
+        &consumer("slow", "delivery: Shared\nbatchSize: 1\nsink: {sql: {statement: 'SELECT pg_sleep(0.05)'}}"),
+    )
+    .await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..120 {
+        append(&mut tx, &NewEvent::new("t", &format!("s{i}"), "Added", json!({"amount": i}))).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start_with_env(&db.url, "rb-m", logs.path(), &[("HIGHWATER_METRICS_INTERVAL", "200ms")]);
+    wait_registered(&db.pool, "slow", 1).await;
+    let r = ops::rebuild(&db.pool, "slow").await.unwrap();
+    assert!(matches!(r, ops::Rebuilt::Replaying { total: 120, .. }), "{r:?}");
+    let url = format!("http://127.0.0.1:{}/metrics", d.http_port);
+    eventually("rebuild gauges in /metrics", Duration::from_secs(20), || {
+        let url = url.clone();
+        async move {
+            let text = match reqwest::get(url).await {
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            text.contains("highwater_rebuild_events_total{consumer=\"slow\",instance_id=\"__shared__\"} 120")
+                && text.contains("highwater_rebuild_events_done{")
+        }
+    })
+    .await;
+    let out = std::process::Command::new(bin())
+        .args(["consumer", "status", "slow", "-o", "json"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v[0]["rebuild"];
+    assert_eq!(p["total"], 120, "{v}");
+    assert!(p["done"].as_i64().unwrap() < 120 && p["complete"] == false, "{v}");
+    assert!(p["rate"].as_f64().unwrap() >= 0.0, "{v}");
+}
