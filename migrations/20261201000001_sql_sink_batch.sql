@@ -63,11 +63,15 @@ DECLARE
     r highwater.events;
 BEGIN
     deferred := false;
-    SELECT array_agg(e ORDER BY e.tx_id, e.id) INTO v_batch
-      FROM highwater.events e
-     WHERE e.tx_id BETWEEN p_lo AND p_hi AND e.id = ANY (p_ids);
-    IF coalesce(cardinality(v_batch), 0) <> coalesce(cardinality(p_ids), 0) THEN
-        RAISE EXCEPTION 'highwater: % of the batch''s % events were not found', 
+    -- The set form reads the batch through its view; only one event at a time needs it here.
+    IF p_single OR %L = 'perEvent' THEN
+        SELECT array_agg(e ORDER BY e.tx_id, e.id) INTO v_batch
+          FROM highwater.events e
+         WHERE e.tx_id BETWEEN p_lo AND p_hi AND e.id = ANY (p_ids);
+    END IF;
+    IF (p_single OR %L = 'perEvent')
+       AND coalesce(cardinality(v_batch), 0) <> coalesce(cardinality(p_ids), 0) THEN
+        RAISE EXCEPTION 'highwater: %% of the batch''s %% events were not found',
             coalesce(cardinality(p_ids), 0) - coalesce(cardinality(v_batch), 0), cardinality(p_ids);
     END IF;
 $r$;
@@ -124,7 +128,7 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
         END LOOP;
         PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
     %s
-$loop$ $body$, p_name || '_batch', v_batch_args, v_read, p_name, v_handler);
+$loop$ $body$, p_name || '_batch', v_batch_args, format(v_read, p_form, p_form), p_name, v_handler);
     ELSIF p_form = 'set' THEN
         EXECUTE $v$
             CREATE OR REPLACE TEMPORARY VIEW highwater_batch AS
@@ -162,7 +166,7 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
         END IF;
         PERFORM set_config('role', 'none', true), set_config('highwater.batch_ids', '{}', true);
     %s
-$loop$ $body$, p_name || '_batch', v_batch_args, v_read, p_name, p_name, v_handler);
+$loop$ $body$, p_name || '_batch', v_batch_args, format(v_read, p_form, p_form), p_name, p_name, v_handler);
     ELSE
         RETURN format('unknown SQL sink form "%s"', p_form);
     END IF;

@@ -20,6 +20,7 @@ use crate::status::EventConsumerStatus;
     printcolumn(name = "Delivery", type_ = "string", json_path = ".spec.delivery"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
+    printcolumn(name = "Rebuild", type_ = "string", json_path = ".status.rebuild"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')")
         .message("metadata.name must be a DNS-1123 label (1-63 lowercase letters, digits and '-')")
@@ -194,7 +195,7 @@ pub struct SinkSpec {
 /// NULL), `$9` created at (timestamptz). In the `set` form it runs once per batch over the
 /// relation `highwater_batch`, whose columns are those nine: `payload`, `id`, `stream_type`,
 /// `stream_id`, `event_type`, `tenant_id`, `metadata`, `stream_version`, `created_at`.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SqlSink {
     pub statement: String,
@@ -208,6 +209,17 @@ pub struct SqlSink {
     /// `statement_timeout` for the sink's statements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// SQL run by a rebuild (`highwater consumer rebuild`, annotation `highwater.dev/rebuild`) in
+    /// the same transaction that rewinds the cursor, e.g. `TRUNCATE order_totals`: the read model
+    /// is emptied and refilled from the first event with no moment in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<String>,
+    /// SQL that fills the read model from the application's current tables, run once when the
+    /// consumer is created (and by a rebuild when events it needs were pruned), in one snapshot;
+    /// the cursor is placed so that exactly the events that snapshot did not see are delivered
+    /// afterwards. The shard stays disabled until it has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
 }
 
 /// How a SQL sink's statement sees the events.

@@ -182,6 +182,11 @@ impl ConsumerSpec {
             if let Some(t) = &sql.timeout {
                 duration("sink.sql.timeout", t, &mut problems);
             }
+            for (field, v) in [("reset", &sql.reset), ("bootstrap", &sql.bootstrap)] {
+                if v.as_ref().is_some_and(|v| v.trim().is_empty()) {
+                    problems.push(format!("sink.sql.{field}: is empty (leave it out instead)"));
+                }
+            }
         }
         if let Some(w) = &self.sink.webhook {
             if !(w.url.starts_with("http://") || w.url.starts_with("https://")) || w.url.len() < 10 {
@@ -261,8 +266,7 @@ mod tests {
         let mut s = spec();
         s.max_attempts = 0;
         s.batch_size = 20_000;
-        s.sink.sql =
-            Some(SqlSink { statement: " ".into(), form: Default::default(), role: None, timeout: Some("soon".into()) });
+        s.sink.sql = Some(SqlSink { statement: " ".into(), timeout: Some("soon".into()), ..Default::default() });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
     }

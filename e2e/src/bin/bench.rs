@@ -8,7 +8,9 @@ use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
-use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator};
+use highwater_e2e::bench::{
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, wait,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "highwater benchmarks side by side with their peers, on one PostgreSQL")]
@@ -50,6 +52,8 @@ enum Scenario {
     Operator,
     /// 7: dispatcher memory, idle and draining.
     Memory,
+    /// 8: read-your-writes wait latency with many waiters, and the statements they cost.
+    Wait,
     /// Every scenario above, in one run.
     All,
 }
@@ -138,6 +142,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Operator | All) {
         operator::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Wait | All) {
+        wait::run(&bench, &sizes, &mut report).await?;
     }
     if s == Memory {
         memory::run(&bench, &sizes, &mut report).await?;

@@ -61,6 +61,8 @@ const REQUIRED_ALERTS: [&str; 11] = [
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
 const METRICS: [&str; 20] = [
     "highwater_consumer_lag_events",
+    "highwater_rebuild_events_done",
+    "highwater_rebuild_events_total",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
     "highwater_events_failed_total",
