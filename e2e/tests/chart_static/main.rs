@@ -59,7 +59,7 @@ const REQUIRED_ALERTS: [&str; 11] = [
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 20] = [
+const METRICS: [&str; 22] = [
     "highwater_consumer_lag_events",
     "highwater_rebuild_events_done",
     "highwater_rebuild_events_total",
