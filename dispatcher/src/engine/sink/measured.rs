@@ -3,6 +3,7 @@
 use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
+use sqlx::PgConnection;
 
 use super::{DeliveryContext, Sink, SinkError};
 use crate::{
@@ -32,6 +33,14 @@ impl Sink for Measured {
         self.inner.transactional()
     }
 
+    fn needs_bodies(&self) -> bool {
+        self.inner.needs_bodies()
+    }
+
+    async fn prepare(&self, conn: &mut PgConnection) -> Result<(), SinkError> {
+        self.inner.prepare(conn).await
+    }
+
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let started = Instant::now();
         let res = self.inner.deliver(ctx, events).await;
@@ -42,5 +51,38 @@ impl Sink for Measured {
             }
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that differs from every default of the trait.
+    struct Peculiar;
+
+    #[async_trait]
+    impl Sink for Peculiar {
+        fn kind(&self) -> &'static str {
+            "peculiar"
+        }
+        fn transactional(&self) -> bool {
+            true
+        }
+        fn needs_bodies(&self) -> bool {
+            false
+        }
+        async fn deliver(&self, _ctx: &mut DeliveryContext<'_>, _events: &[Event]) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    /// The wrapper must pass every method through: a SQL sink whose `needs_bodies` and
+    /// `prepare` were swallowed failed every batch once wrapped. (`prepare` needs a connection;
+    /// its forwarding is covered by every SQL sink test, which runs through this wrapper.)
+    #[test]
+    fn the_wrapper_forwards_every_method() {
+        let m = measured(Arc::new(Peculiar), Arc::new(Metrics::default()), "c");
+        assert_eq!((m.kind(), m.transactional(), m.needs_bodies()), ("peculiar", true, false));
     }
 }
