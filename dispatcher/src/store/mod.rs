@@ -6,6 +6,7 @@ pub mod event_types;
 pub mod events;
 pub mod kubernetes;
 pub mod notify;
+pub mod partitions;
 pub mod ops;
 pub mod position;
 pub mod retention;

@@ -250,6 +250,9 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
            LEFT JOIN LATERAL (
                 SELECT {EVENT_COLUMNS} FROM highwater.events e
                  WHERE (e.tx_id, e.id) > ($1, $2)
+                   -- Implied by the row comparison, but only a plain bound lets PostgreSQL skip
+                   -- the partitions wholly behind the cursor (events is partitioned by tx_id).
+                   AND e.tx_id >= $1
                    AND e.tx_id < s.fence
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                  ORDER BY e.tx_id, e.id
