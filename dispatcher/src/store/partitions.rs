@@ -100,9 +100,16 @@ pub async fn drop_old(pool: &PgPool, o: &DropOptions) -> Result<DropReport> {
     for p in list(pool).await? {
         let verdict = if o.dry_run {
             let mut conn = pool.acquire().await?;
-            check(&mut conn, &p, cutoff).await?
+            check(&mut conn, &p, cutoff).await
         } else {
-            drop_one(pool, &p, cutoff).await?
+            drop_one(pool, &p, cutoff).await
+        };
+        let verdict = match verdict {
+            Err(Error::Refused(mut r)) if !report.dropped.is_empty() => {
+                r.problem.push_str(&format!("\n  (before stopping, {report})"));
+                return Err(Error::Refused(r));
+            }
+            other => other?,
         };
         match verdict {
             Verdict::Drop => report.dropped.push(p),
@@ -119,20 +126,17 @@ pub async fn drop_old(pool: &PgPool, o: &DropOptions) -> Result<DropReport> {
 async fn drop_one(pool: &PgPool, p: &Partition, cutoff: DateTime<Utc>) -> Result<Verdict> {
     for attempt in 0..ATTEMPTS {
         let mut tx = pool.begin().await?;
-        if !lock(&mut tx).await? {
-            drop(tx);
-            tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(10)))).await;
-            continue;
+        match drop_in(&mut tx, p, cutoff).await? {
+            Outcome::Busy => {
+                drop(tx);
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(10)))).await;
+            }
+            Outcome::Dropped => {
+                tx.commit().await?;
+                return Ok(Verdict::Drop);
+            }
+            Outcome::Kept(why) => return Ok(Verdict::Keep(why)),
         }
-        let verdict = check(&mut tx, p, cutoff).await?;
-        if matches!(verdict, Verdict::Drop) {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE highwater.{}", quote_ident(&p.name))))
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM highwater.event_partitions WHERE name = $1").bind(&p.name).execute(&mut *tx).await?;
-            tx.commit().await?;
-        }
-        return Ok(verdict);
     }
     Err(Error::refused(format!(
         "could not lock highwater.events and highwater.consumer_shards together in {ATTEMPTS} attempts: long \
@@ -142,6 +146,31 @@ async fn drop_one(pool: &PgPool, p: &Partition, cutoff: DateTime<Utc>) -> Result
         "try again later; `SELECT pid, state, xact_start, query FROM pg_stat_activity WHERE state <> 'idle'` shows \
          what is running",
     ))
+}
+
+/// What [`drop_in`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Dropped in the caller's transaction (not committed yet).
+    Dropped,
+    /// Must stay for now, and why (too young, or transactions below its bound still running).
+    Kept(String),
+    /// A lock was busy: nothing done; roll back and try again.
+    Busy,
+}
+
+/// One partition in the caller's transaction: takes the locks, checks, drops. The caller commits
+/// (or rolls back on `Busy`); public so that tests can hold a drop's transaction open.
+pub async fn drop_in(tx: &mut Transaction<'_, Postgres>, p: &Partition, cutoff: DateTime<Utc>) -> Result<Outcome> {
+    if !lock(tx).await? {
+        return Ok(Outcome::Busy);
+    }
+    if let Verdict::Keep(why) = check(tx, p, cutoff).await? {
+        return Ok(Outcome::Kept(why));
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE highwater.{}", quote_ident(&p.name)))).execute(&mut **tx).await?;
+    sqlx::query("DELETE FROM highwater.event_partitions WHERE name = $1").bind(&p.name).execute(&mut **tx).await?;
+    Ok(Outcome::Dropped)
 }
 
 /// Takes ACCESS EXCLUSIVE on `highwater.events` (waiting at most [`EVENTS_LOCK_TIMEOUT`]), then
