@@ -8,7 +8,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
-use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator};
+use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "highwater benchmarks side by side with their peers, on one PostgreSQL")]
@@ -50,6 +50,8 @@ enum Scenario {
     Operator,
     /// 7: dispatcher memory, idle and draining.
     Memory,
+    /// 8: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
+    Storage,
     /// Every scenario above, in one run.
     All,
 }
@@ -141,6 +143,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if s == Memory {
         memory::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Storage | All) {
+        storage::run(&bench, &sizes, &mut report).await?;
     }
     report.header.push(("wall time".into(), format!("{:.0} s", started.elapsed().as_secs_f64())));
     Ok(report)
