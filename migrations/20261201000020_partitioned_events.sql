@@ -69,6 +69,7 @@ BEGIN
     DROP TRIGGER events_order_after_previous_version ON highwater.events_legacy;
     -- Replaced by highwater.stream_versions.
     DROP INDEX highwater.events_stream_version;
+    ALTER TABLE highwater.events_legacy DROP CONSTRAINT events_event_type_fkey;
     ALTER INDEX highwater.events_tx_id_id RENAME TO events_legacy_tx_id_id;
     ALTER INDEX highwater.events_created_at RENAME TO events_legacy_created_at;
 
@@ -79,7 +80,11 @@ BEGIN
             stream_type    text NOT NULL,
             stream_id      text NOT NULL,
             stream_version bigint CONSTRAINT events_stream_version_check CHECK (stream_version > 0),
-            event_type     text NOT NULL REFERENCES highwater.event_types (event_type),
+            -- No foreign key to event_types any more: highwater.append refuses unknown types
+            -- (HW001), and a foreign key makes every partition attach, detach and drop take
+            -- ACCESS EXCLUSIVE on event_types after highwater.events, the opposite order of an
+            -- append (event_types, then events): a deadlock with every running appender.
+            event_type     text NOT NULL,
             tenant_id      text,
             payload        jsonb NOT NULL,
             metadata       jsonb NOT NULL DEFAULT '{}'::jsonb
@@ -97,10 +102,13 @@ BEGIN
     EXECUTE format('ALTER TABLE highwater.events ATTACH PARTITION highwater.events_legacy
                     FOR VALUES FROM (%L) TO (%L)', '0', v_bound);
     INSERT INTO highwater.event_partitions (name, lo, hi) VALUES ('events_legacy', '0', v_bound);
-    -- Catches transaction ids beyond the partitions created ahead (maintenance stopped, or ids
-    -- jumped after pg_resetwal): an insert never fails for want of a partition. Its rows are
-    -- pruned row by row (`events prune`), never by dropping it.
-    CREATE TABLE highwater.events_default PARTITION OF highwater.events DEFAULT;
+    -- The tail: every transaction id above the highest partition, so an insert never fails for
+    -- want of a partition (maintenance stopped, or ids jumped after pg_resetwal). A range up to
+    -- MAXVALUE rather than a DEFAULT partition: with a default partition PostgreSQL cannot read
+    -- the partitions in order (an ordered Append), and a batch read sorted every row after the
+    -- cursor (58 ms instead of 0.6 ms per batch of 1,000 over 30 partitions, measured).
+    EXECUTE format('CREATE TABLE highwater.events_tail PARTITION OF highwater.events
+                    FOR VALUES FROM (%L) TO (MAXVALUE)', v_bound);
 END
 $$;
 
@@ -111,10 +119,13 @@ CREATE TRIGGER events_notify AFTER INSERT ON highwater.events
 
 -- Creates the partitions missing between the highest one and `ahead` widths above the next
 -- transaction id; returns how many it created. Owned by whoever runs the migrations and run with
--- their rights, so a dispatcher role that only reads and writes the tables may call it. Each
--- partition is created empty and then attached, which takes SHARE UPDATE EXCLUSIVE on
--- highwater.events (appends and reads go on) where CREATE TABLE ... PARTITION OF would take
--- ACCESS EXCLUSIVE.
+-- their rights, so a dispatcher role that only reads and writes the tables may call it.
+--
+-- The tail partition [top, MAXVALUE) is re-cut each time: detached (ACCESS EXCLUSIVE on
+-- highwater.events for the few milliseconds of this transaction, waiting at most 1 s for
+-- transactions using the table, else this call fails and the next one retries), the new ranges
+-- attached, the tail attached again above them. If rows landed in the tail (nobody created
+-- partitions in time), it becomes an ordinary range up to its newest tx_id, droppable like any.
 CREATE FUNCTION highwater.create_event_partitions() RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -124,36 +135,59 @@ DECLARE
     v_width   bigint;
     v_ahead   integer;
     v_next    xid8 := pg_snapshot_xmax(pg_current_snapshot());
+    v_top     xid8;
     v_hi      xid8;
-    v_lo      xid8;
-    v_default xid8;
+    v_tail    xid8;
     v_target  numeric;
     v_name    text;
     v_created integer := 0;
 BEGIN
-    -- One creator at a time, whichever dispatcher calls; the others wait and find nothing to do.
-    LOCK TABLE highwater.event_partitions IN EXCLUSIVE MODE;
     SELECT width, ahead INTO v_width, v_ahead FROM highwater.event_partitioning;
-    SELECT max(hi) INTO v_hi FROM highwater.event_partitions;
-    v_lo := greatest(coalesce(v_hi, '0'::xid8), v_next);
-    -- Rows in the default partition above the highest partition would fall in a new range and
-    -- make its attach fail: start above them (they stay in the default partition).
-    SELECT max(tx_id) INTO v_default FROM highwater.events_default;
-    IF v_default IS NOT NULL AND v_default >= v_lo THEN
-        v_lo := (v_default::text::numeric + 1)::text::xid8;
-    END IF;
+    -- xid8 has no arithmetic: bounds are computed as numeric and compared only as xid8.
     v_target := v_next::text::numeric + v_width * v_ahead;
-    WHILE v_lo::text::numeric < v_target LOOP
-        v_hi := (v_lo::text::numeric + v_width)::text::xid8;
-        v_name := format('events_%s', v_lo);
+    SELECT max(hi) INTO v_top FROM highwater.event_partitions;
+    IF v_top::text::numeric >= v_target THEN
+        RETURN 0;
+    END IF;
+
+    -- Locks in the order every writer of these tables takes them (events, then the registry, as
+    -- `events drop-partitions` does); one creator at a time, the others find nothing left to do.
+    PERFORM set_config('lock_timeout', '1s', true);
+    LOCK TABLE ONLY highwater.events IN ACCESS EXCLUSIVE MODE;
+    LOCK TABLE highwater.event_partitions IN EXCLUSIVE MODE;
+    SELECT max(hi) INTO v_top FROM highwater.event_partitions;
+    IF v_top::text::numeric >= v_target THEN
+        RETURN 0;
+    END IF;
+    ALTER TABLE highwater.events DETACH PARTITION highwater.events_tail;
+    SELECT max(tx_id) INTO v_tail FROM highwater.events_tail;
+    IF v_tail IS NOT NULL THEN
+        v_hi := (v_tail::text::numeric + 1)::text::xid8;
+        v_name := format('events_%s', v_top);
+        EXECUTE format('ALTER TABLE highwater.events_tail RENAME TO %I', v_name);
+        EXECUTE format('ALTER TABLE highwater.events ATTACH PARTITION highwater.%I FOR VALUES FROM (%L) TO (%L)',
+                       v_name, v_top, v_hi);
+        INSERT INTO highwater.event_partitions (name, lo, hi) VALUES (v_name, v_top, v_hi);
+        v_top := v_hi;
+        CREATE TABLE highwater.events_tail (LIKE highwater.events INCLUDING DEFAULTS INCLUDING CONSTRAINTS);
+        v_created := v_created + 1;
+    END IF;
+    -- Skip what nothing can be written into any more: below the fence every transaction has
+    -- finished, and the tail (which held [v_top, ...)) is empty up to here.
+    v_top := greatest(v_top, pg_snapshot_xmin(pg_current_snapshot()));
+    WHILE v_top::text::numeric < v_target LOOP
+        v_hi := (v_top::text::numeric + v_width)::text::xid8;
+        v_name := format('events_%s', v_top);
         EXECUTE format('CREATE TABLE highwater.%I (LIKE highwater.events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
                        v_name);
         EXECUTE format('ALTER TABLE highwater.events ATTACH PARTITION highwater.%I FOR VALUES FROM (%L) TO (%L)',
-                       v_name, v_lo, v_hi);
-        INSERT INTO highwater.event_partitions (name, lo, hi) VALUES (v_name, v_lo, v_hi);
-        v_lo := v_hi;
+                       v_name, v_top, v_hi);
+        INSERT INTO highwater.event_partitions (name, lo, hi) VALUES (v_name, v_top, v_hi);
+        v_top := v_hi;
         v_created := v_created + 1;
     END LOOP;
+    EXECUTE format('ALTER TABLE highwater.events ATTACH PARTITION highwater.events_tail
+                    FOR VALUES FROM (%L) TO (MAXVALUE)', v_top);
     RETURN v_created;
 END
 $$;

@@ -107,7 +107,7 @@ async fn a_populated_database_is_converted_and_keeps_delivering() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert!(where_new.iter().all(|n| n != "events_legacy" && n != "events_default"), "{where_new:?}");
+    assert!(where_new.iter().all(|n| n != "events_legacy" && n != "events_tail"), "{where_new:?}");
 
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&pg.url(), "p0", logs.path());

@@ -26,12 +26,13 @@ async fn narrow(pool: &PgPool) {
                  DELETE FROM highwater.event_partitions WHERE name = r.name;
              END LOOP;
              UPDATE highwater.event_partitioning SET width = {WIDTH}, ahead = 5;
+             -- Re-cuts the tail down to the fence, in the same transaction as the drops.
+             PERFORM highwater.create_event_partitions();
          END $$"
     )))
     .execute(pool)
     .await
     .unwrap();
-    assert!(partitions::create_ahead(pool).await.unwrap() >= 5);
 }
 
 /// Commits `n` transactions that each take a transaction id and write nothing.
@@ -187,7 +188,7 @@ async fn young_partitions_stay_and_caught_up_shards_let_old_ones_go() {
 
 /// A transaction that took its id inside a partition and is still open holds the fence below the
 /// partition's bound: it may still append into that partition, so the partition stays. Had it
-/// been dropped, the event would land in the default partition behind cursors that had passed it.
+/// been dropped, that append would find no partition for its transaction id and fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_transaction_holding_the_fence_keeps_its_partition() {
     let db = setup(&["Tick"]).await;
@@ -289,7 +290,7 @@ async fn drop_refuses_a_shard_registered_just_before_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitions_are_created_ahead_once_and_the_default_catches_the_rest() {
+async fn partitions_are_created_ahead_once_and_the_tail_catches_the_rest() {
     let db = setup(&["Tick"]).await;
     narrow(&db.pool).await;
     // Two more calls at once: each partition is created once (the ranges stay contiguous below);
@@ -300,11 +301,12 @@ async fn partitions_are_created_ahead_once_and_the_default_catches_the_rest() {
     let all = partitions::list(&db.pool).await.unwrap();
     let top = all.iter().map(|p| p.hi).max().unwrap();
     assert!(top.0 >= next.0 + 5 * WIDTH as u64 - 1, "five widths ahead: {top} vs {next}");
-    // After the legacy partition (`narrow` left a gap there, which the default partition covers).
+    // After the legacy partition (`narrow` left a gap there, below the fence, that nothing can
+    // be written into any more).
     for w in all[1..].windows(2) {
         assert_eq!(w[0].hi, w[1].lo, "contiguous: {all:?}");
     }
-    // Past every partition (nobody created more): the insert still succeeds, in the default one.
+    // Past every partition (nobody created more): the insert still succeeds, in the tail.
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DO $$ BEGIN FOR i IN 1..{} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$",
         6 * WIDTH
@@ -315,11 +317,17 @@ async fn partitions_are_created_ahead_once_and_the_default_catches_the_rest() {
     let mut tx = db.pool.begin().await.unwrap();
     let id = append(&mut tx, &NewEvent::new("order", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(partition_of(&db.pool, id).await, "events_default");
-    // The next creation starts above the default partition's rows and the next transaction id.
+    assert_eq!(partition_of(&db.pool, id).await, "events_tail");
+    let tx_id: Xid8 = sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap();
+
+    // The next creation turns the tail's rows into a range ending just above them, and goes on.
     assert!(partitions::create_ahead(&db.pool).await.unwrap() >= 5);
+    let holding = partition_of(&db.pool, id).await;
+    let p = partitions::list(&db.pool).await.unwrap().into_iter().find(|p| p.name == holding).unwrap();
+    assert_eq!((p.lo, p.hi), (top, Xid8(tx_id.0 + 1)), "{p:?}");
     let mut tx = db.pool.begin().await.unwrap();
     let id2 = append(&mut tx, &NewEvent::new("order", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
-    assert!(partition_of(&db.pool, id2).await.starts_with("events_") && partition_of(&db.pool, id2).await != "events_default");
+    let p2 = partition_of(&db.pool, id2).await;
+    assert!(p2 != "events_tail" && p2 != holding, "{p2}");
 }

@@ -45,7 +45,8 @@ pub async fn create_ahead(pool: &PgPool) -> Result<i32> {
     Ok(sqlx::query_scalar("SELECT highwater.create_event_partitions()").fetch_one(pool).await?)
 }
 
-/// Every range partition, oldest first (the default partition is not listed: it is never dropped).
+/// Every range partition, oldest first (the tail, `[top, MAXVALUE)`, is not listed: it is never
+/// dropped).
 pub async fn list(pool: &PgPool) -> Result<Vec<Partition>> {
     Ok(sqlx::query_as("SELECT name, lo, hi FROM highwater.event_partitions ORDER BY lo").fetch_all(pool).await?)
 }

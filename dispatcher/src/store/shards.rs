@@ -250,10 +250,15 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
            LEFT JOIN LATERAL (
                 SELECT {EVENT_COLUMNS} FROM highwater.events e
                  WHERE (e.tx_id, e.id) > ($1, $2)
-                   -- Implied by the row comparison, but only a plain bound lets PostgreSQL skip
-                   -- the partitions wholly behind the cursor (events is partitioned by tx_id).
+                   -- events is partitioned by tx_id (docs/operations.md). The plain lower bound
+                   -- (implied by the row comparison) lets PostgreSQL skip the partitions behind
+                   -- the cursor; the fence is the same expression as s.fence (one statement, one
+                   -- snapshot), written out because a bound taken from the outer row makes the
+                   -- plan parameterised, and PostgreSQL then sorts every row after the cursor
+                   -- instead of reading the partitions in order (58 ms instead of 0.6 ms per
+                   -- batch of 1,000 over 30 partitions).
                    AND e.tx_id >= $1
-                   AND e.tx_id < s.fence
+                   AND e.tx_id < {fence}
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true

@@ -39,11 +39,11 @@ async fn narrow(pool: &PgPool, ahead: i32) -> Result<()> {
                  DELETE FROM highwater.event_partitions WHERE name = r.name;
              END LOOP;
              UPDATE highwater.event_partitioning SET width = {WIDTH}, ahead = {ahead};
+             PERFORM highwater.create_event_partitions();
          END $$"
     )))
     .execute(pool)
     .await?;
-    partitions::create_ahead(pool).await?;
     Ok(())
 }
 

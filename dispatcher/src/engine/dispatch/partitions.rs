@@ -2,7 +2,8 @@
 //! is the component that always runs wherever events are written and delivered (the operator is
 //! optional, the retention job runs once a day), and every dispatcher calls the same idempotent
 //! function, which serialises its callers, so a fleet of any size creates each partition once.
-//! Should every dispatcher stop, inserts still succeed: they land in the default partition.
+//! Should every dispatcher stop, inserts still succeed: they land in the tail partition (every
+//! transaction id above the highest range), which the next creation turns into a range.
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -24,7 +25,7 @@ pub async fn run(pool: PgPool, stop: CancellationToken) {
         match partitions::create_ahead(&pool).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(created = n, "created event partitions ahead of the transaction ids"),
-            Err(e) => tracing::warn!(error = %e, "creating event partitions ahead failed; inserts go to the default partition meanwhile"),
+            Err(e) => tracing::warn!(error = %e, "creating event partitions ahead failed; inserts go to the tail partition meanwhile"),
         }
     }
 }
