@@ -41,4 +41,6 @@ pub use engine::{dispatch, http, instance, metrics, sink, sse};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
-pub use store::{db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention, shards};
+pub use store::{
+    db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention, shards,
+};

@@ -51,7 +51,9 @@ async fn a_populated_database_is_converted_and_keeps_delivering() {
             &pool,
             &consumer(
                 name,
-                &format!("delivery: Shared\nsink: {{sql: {{statement: 'INSERT INTO {table} (event_id) VALUES ($2)'}}}}"),
+                &format!(
+                    "delivery: Shared\nsink: {{sql: {{statement: 'INSERT INTO {table} (event_id) VALUES ($2)'}}}}"
+                ),
             ),
         )
         .await;

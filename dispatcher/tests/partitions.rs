@@ -67,11 +67,13 @@ async fn old_events(pool: &PgPool, n: usize) -> Vec<(Xid8, i64)> {
 
 /// The name of the partition holding event `id`.
 async fn partition_of(pool: &PgPool, id: i64) -> String {
-    sqlx::query_scalar("SELECT relname::text FROM highwater.events e JOIN pg_class c ON c.oid = e.tableoid WHERE id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT relname::text FROM highwater.events e JOIN pg_class c ON c.oid = e.tableoid WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 async fn names(pool: &PgPool) -> Vec<String> {
@@ -131,7 +133,8 @@ async fn a_lagging_or_dead_shard_keeps_the_partitions_it_needs() {
     // At the start: refused, naming the shard; nothing dropped. A dry run says the same.
     let m = refused(partitions::drop_old(&db.pool, &opts(30)).await);
     assert!(m.contains("audit/__shared__: cursor 0/0 (event 0), status idle"), "{m}");
-    let dry = refused(partitions::drop_old(&db.pool, &partitions::DropOptions { older_than_days: 30, dry_run: true }).await);
+    let dry =
+        refused(partitions::drop_old(&db.pool, &partitions::DropOptions { older_than_days: 30, dry_run: true }).await);
     assert!(dry.contains("audit/__shared__: cursor 0/0 (event 0), status idle"), "{dry}");
     assert_eq!(count(&db.pool).await, 6);
     let left = names(&db.pool).await;
@@ -297,7 +300,8 @@ async fn partitions_are_created_ahead_once_and_the_tail_catches_the_rest() {
     // the transaction ids they take may call for one more partition at this tiny width.
     let (a, b) = tokio::join!(partitions::create_ahead(&db.pool), partitions::create_ahead(&db.pool));
     assert!(a.unwrap() + b.unwrap() <= 2);
-    let next: Xid8 = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetch_one(&db.pool).await.unwrap();
+    let next: Xid8 =
+        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetch_one(&db.pool).await.unwrap();
     let all = partitions::list(&db.pool).await.unwrap();
     let top = all.iter().map(|p| p.hi).max().unwrap();
     assert!(top.0 >= next.0 + 5 * WIDTH as u64 - 1, "five widths ahead: {top} vs {next}");
@@ -318,7 +322,11 @@ async fn partitions_are_created_ahead_once_and_the_tail_catches_the_rest() {
     let id = append(&mut tx, &NewEvent::new("order", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(partition_of(&db.pool, id).await, "events_tail");
-    let tx_id: Xid8 = sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_one(&db.pool).await.unwrap();
+    let tx_id: Xid8 = sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
 
     // The next creation turns the tail's rows into a range ending just above them, and goes on.
     assert!(partitions::create_ahead(&db.pool).await.unwrap() >= 5);

@@ -62,8 +62,10 @@ async fn concurrent_appenders_get_each_version_exactly_once() {
     won.sort_unstable();
     let n = won.len() as i64;
     assert_eq!(won, (1..=n).collect::<Vec<_>>(), "each version won by exactly one writer");
-    let stored: Vec<i64> =
-        sqlx::query_scalar("SELECT stream_version FROM highwater.events ORDER BY stream_version").fetch_all(&db.pool).await.unwrap();
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT stream_version FROM highwater.events ORDER BY stream_version")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(stored, won, "the stored versions are those, once each");
     assert_eq!(head(&db.pool).await, n);
     assert_eq!(n + lost, writers as i64 * 30);
@@ -76,7 +78,10 @@ async fn concurrent_appenders_get_each_version_exactly_once() {
 async fn the_second_writer_waits_for_the_first_and_is_refused_only_if_it_commits() {
     let db = setup(&["Deposited"]).await;
     for commit_first in [true, false] {
-        sqlx::raw_sql("DELETE FROM highwater.events; DELETE FROM highwater.stream_versions").execute(&db.pool).await.unwrap();
+        sqlx::raw_sql("DELETE FROM highwater.events; DELETE FROM highwater.stream_versions")
+            .execute(&db.pool)
+            .await
+            .unwrap();
         let mut first = db.pool.begin().await.unwrap();
         append(&mut first, &at(0)).await.unwrap();
 

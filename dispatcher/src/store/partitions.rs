@@ -169,7 +169,9 @@ pub async fn drop_in(tx: &mut Transaction<'_, Postgres>, p: &Partition, cutoff: 
     if let Verdict::Keep(why) = check(tx, p, cutoff).await? {
         return Ok(Outcome::Kept(why));
     }
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE highwater.{}", quote_ident(&p.name)))).execute(&mut **tx).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE highwater.{}", quote_ident(&p.name))))
+        .execute(&mut **tx)
+        .await?;
     sqlx::query("DELETE FROM highwater.event_partitions WHERE name = $1").bind(&p.name).execute(&mut **tx).await?;
     Ok(Outcome::Dropped)
 }

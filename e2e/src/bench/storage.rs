@@ -220,9 +220,11 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     report.add(S, format!("{holding} partitions").as_str(), "drain events/s", per_s(parted_rate), &note);
     report.add(S, "partitioned / unpartitioned", "drain", ratio(parted_rate, plain_rate), "goal ≥ 0.90×");
 
-    for (method, label) in [(Method::Delete, "row DELETE (events prune)"), (Method::DropPartitions, "drop partitions")] {
+    for (method, label) in [(Method::Delete, "row DELETE (events prune)"), (Method::DropPartitions, "drop partitions")]
+    {
         let (took, wal, p99, appended) = retention_run(bench, n, method, sizes).await?;
-        let note = format!("{} events in 10 partitions; {appended} live appends at {LIVE_RATE}/s meanwhile", per_s(n as f64));
+        let note =
+            format!("{} events in 10 partitions; {appended} live appends at {LIVE_RATE}/s meanwhile", per_s(n as f64));
         report.add(S, label, "retention time", format!("{took:.2} s"), &note);
         report.add(S, label, "WAL bytes", format!("{:.1} MB", wal as f64 / 1e6), "includes the live appends' WAL");
         report.add(S, label, "commit-to-sink p99 while it runs", format!("{p99:.1} ms"), "projection sink");

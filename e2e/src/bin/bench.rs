@@ -8,7 +8,9 @@ use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
-use highwater_e2e::bench::{BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage};
+use highwater_e2e::bench::{
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "highwater benchmarks side by side with their peers, on one PostgreSQL")]

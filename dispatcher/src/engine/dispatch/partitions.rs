@@ -25,7 +25,9 @@ pub async fn run(pool: PgPool, stop: CancellationToken) {
         match partitions::create_ahead(&pool).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(created = n, "created event partitions ahead of the transaction ids"),
-            Err(e) => tracing::warn!(error = %e, "creating event partitions ahead failed; inserts go to the tail partition meanwhile"),
+            Err(e) => {
+                tracing::warn!(error = %e, "creating event partitions ahead failed; inserts go to the tail partition meanwhile")
+            }
         }
     }
 }
