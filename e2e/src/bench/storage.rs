@@ -123,7 +123,7 @@ async fn retention_run(bench: &BenchDb, n: i64, method: Method, sizes: &Sizes) -
         Method::DropPartitions => "storage_drop",
     };
     let db = bench.scenario(name).await?;
-    narrow(&db.pool, 20).await?;
+    narrow(&db.pool, 2).await?;
     sqlx::query(PROJECTION_TABLE).execute(&db.pool).await?;
     let last_fill = fill_in_chunks(&db, n, 10).await?;
     // The live appends go to partitions of the default width from here on.
@@ -219,7 +219,8 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     report.add(S, "unpartitioned events table", "drain events/s", per_s(plain_rate), &note);
 
     let parted = bench.scenario("storage_30").await?;
-    narrow(&parted.pool, 40).await?;
+    // Two ranges ahead, as the default `ahead`: the fill creates the next ones as it goes.
+    narrow(&parted.pool, 2).await?;
     let last = fill_in_chunks(&parted, n, 30).await?;
     let holding = partitions_holding_events(&parted.pool).await?;
     let parted_rate = drain_rate(&parted, n, last, sizes).await?;
