@@ -183,20 +183,49 @@ pub struct SinkSpec {
     pub webhook: Option<WebhookSink>,
 }
 
-/// Runs one SQL statement per event in the transaction that advances the cursor: exactly once.
-/// Parameters: `$1` payload (jsonb), `$2` event id (bigint), `$3` stream type, `$4` stream id,
-/// `$5` event type, `$6` tenant id (NULL for the system tenant), `$7` metadata (jsonb),
-/// `$8` stream version (bigint, may be NULL), `$9` created at (timestamptz).
+/// Runs a SQL statement in the transaction that advances the cursor: exactly once. In the
+/// `perEvent` form (the default) the statement runs once per event with parameters `$1` payload
+/// (jsonb), `$2` event id (bigint), `$3` stream type, `$4` stream id, `$5` event type, `$6` tenant
+/// id (NULL for the system tenant), `$7` metadata (jsonb), `$8` stream version (bigint, may be
+/// NULL), `$9` created at (timestamptz). In the `set` form it runs once per batch over the
+/// relation `highwater_batch`, whose columns are those nine: `payload`, `id`, `stream_type`,
+/// `stream_id`, `event_type`, `tenant_id`, `metadata`, `stream_version`, `created_at`.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SqlSink {
     pub statement: String,
+    /// `perEvent` (default): the statement runs once per event with `$1`..`$9`. `set`: once per
+    /// batch, reading the events from `highwater_batch`.
+    #[serde(default, skip_serializing_if = "SqlForm::is_per_event")]
+    pub form: SqlForm,
     /// Role taken with `SET LOCAL ROLE` while the statement runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// `statement_timeout` for the sink's statements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+}
+
+/// How a SQL sink's statement sees the events.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub enum SqlForm {
+    #[default]
+    PerEvent,
+    Set,
+}
+
+impl SqlForm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SqlForm::PerEvent => "perEvent",
+            SqlForm::Set => "set",
+        }
+    }
+
+    fn is_per_event(&self) -> bool {
+        *self == SqlForm::PerEvent
+    }
 }
 
 /// Writes each event as one JSON line.

@@ -184,7 +184,8 @@ mod tests {
         let mut s = spec();
         s.max_attempts = 0;
         s.batch_size = 20_000;
-        s.sink.sql = Some(SqlSink { statement: " ".into(), role: None, timeout: Some("soon".into()) });
+        s.sink.sql =
+            Some(SqlSink { statement: " ".into(), form: Default::default(), role: None, timeout: Some("soon".into()) });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
     }

@@ -363,7 +363,7 @@ async fn a_change_wins_over_a_pass_in_flight() {
     let id = append_one(&db.pool, json!({})).await;
     wait_count(
         &db.pool,
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO seen%' AND state = 'active'",
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%highwater.sql_sink_apply%' AND state = 'active' AND pid <> pg_backend_pid()",
         1,
         Duration::from_secs(10),
     )
@@ -372,7 +372,7 @@ async fn a_change_wins_over_a_pass_in_flight() {
     // The pass finishes its statement, finds the shard changed and rolls back.
     wait_count(
         &db.pool,
-        "SELECT 1 - count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO seen%' AND state = 'active'",
+        "SELECT 1 - count(*) FROM pg_stat_activity WHERE query LIKE '%highwater.sql_sink_apply%' AND state = 'active' AND pid <> pg_backend_pid()",
         1,
         Duration::from_secs(10),
     )

@@ -240,7 +240,7 @@ async fn prune_refuses_while_a_starting_dispatcher_delivers() {
     let _d = Dispatcher::start(&db.url, "pod-1", logs.path());
     wait_count(
         &db.pool,
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'INSERT INTO seen%' AND state = 'active'",
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%highwater.sql_sink_apply%' AND state = 'active' AND pid <> pg_backend_pid()",
         1,
         Duration::from_secs(20),
     )

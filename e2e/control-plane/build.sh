@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the e2e control plane from published Go modules: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl and kwok (fake nodes), at the versions in
+# kube-controller-manager, kube-scheduler, kubectl, kwok (fake nodes) and kubelet (the real node of
+# e2e/tests/real_node.rs), at the versions in
 # versions.env, through the wrapper modules beside this script (etcd/, kubernetes/, kwok/; their
 # go.sum pins every module).
 #
@@ -29,6 +30,7 @@ COMPONENTS=(
     "kube-apiserver|kubernetes|k8s.io/kubernetes/cmd/kube-apiserver|$KUBERNETES_VERSION"
     "kube-controller-manager|kubernetes|k8s.io/kubernetes/cmd/kube-controller-manager|$KUBERNETES_VERSION"
     "kube-scheduler|kubernetes|k8s.io/kubernetes/cmd/kube-scheduler|$KUBERNETES_VERSION"
+    "kubelet|kubernetes|k8s.io/kubernetes/cmd/kubelet|$KUBERNETES_VERSION"
     "kwok|kwok|sigs.k8s.io/kwok/cmd/kwok|$KWOK_VERSION"
 )
 

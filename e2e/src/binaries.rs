@@ -16,9 +16,10 @@ pub const KUBE_CONTROLLER_MANAGER: &str = "kube-controller-manager";
 pub const KUBE_SCHEDULER: &str = "kube-scheduler";
 pub const KUBECTL: &str = "kubectl";
 pub const KWOK: &str = "kwok";
+pub const KUBELET: &str = "kubelet";
 
 /// Every binary build.sh makes (and a `$HIGHWATER_E2E_BIN` directory must hold).
-pub const ALL: [&str; 6] = [ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBECTL, KWOK];
+pub const ALL: [&str; 7] = [ETCD, KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBECTL, KWOK, KUBELET];
 
 #[derive(Clone, Debug)]
 pub struct Binaries {

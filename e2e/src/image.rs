@@ -35,6 +35,10 @@ pub const BASE: &str = "localhost/highwater-e2e-base";
 pub const PROGRAMS: [&str; 2] = ["highwater", "highwater-operator"];
 /// Bumped when the base's recipe changes (part of its cache key).
 const BASE_RECIPE: &str = "base-v1";
+/// The real node's pod sandbox image (see [`Engine::pause_image`]).
+pub const PAUSE: &str = "localhost/highwater-e2e-pause";
+const PAUSE_RECIPE: &str = "pause-v1";
+const CATATONIT: &str = "/usr/bin/catatonit";
 
 /// The repository's `Dockerfile`.
 pub fn dockerfile() -> PathBuf {
@@ -226,6 +230,48 @@ impl Engine {
         made.context("making the local base image")?;
         self.remove_other_tags(BASE, &name);
         Ok(name)
+    }
+
+    /// The pod sandbox ("pause") image a real node's containerd needs, made locally (no
+    /// registry): Debian's static `catatonit` in `-P` (pause) mode, user 65535. Cached.
+    pub fn pause_image(&self) -> Result<String> {
+        self.locked(|| {
+            let catatonit = Path::new(CATATONIT);
+            if !catatonit.is_file() {
+                bail!("{CATATONIT} is missing: the real node's pause image is made from it (apt-get install catatonit; .ci/run does)");
+            }
+            let mut key = std::hash::DefaultHasher::new();
+            key.write(PAUSE_RECIPE.as_bytes());
+            hash_file(&mut key, catatonit)?;
+            let name = format!("{PAUSE}:{:016x}", key.finish());
+            if self.exists(&name)? {
+                return Ok(name);
+            }
+            let container = self.buildah_ok(&["from", "--pull=never", "scratch"])?;
+            let made = (|| {
+                self.buildah_ok(&["copy", "--quiet", &container, CATATONIT, "/pause"])?;
+                self.buildah_ok(&["config", "--entrypoint", r#"["/pause","-P"]"#, "--user", "65535:65535", &container])?;
+                self.buildah_ok(&["commit", "--quiet", &container, &name])
+            })();
+            let _ = self.buildah_ok(&["rm", &container]);
+            made.context("making the pause image")?;
+            self.remove_other_tags(PAUSE, &name);
+            Ok(name)
+        })
+    }
+
+    /// `podman save` of `image` as a docker-archive at `archive`: what `ctr images import` takes.
+    pub fn save(&self, image: &str, archive: &Path) -> Result<()> {
+        self.podman_ok(&[
+            "save",
+            "--quiet",
+            "--format",
+            "docker-archive",
+            "-o",
+            archive.to_str().context("path")?,
+            image,
+        ])
+        .map(drop)
     }
 
     /// `buildah build` of the Dockerfile with `BINARIES=prebuilt`, the given base and build
@@ -474,12 +520,18 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
 
 /// `program` on PATH, or an error saying what to install.
 pub fn which(program: &str) -> Result<PathBuf> {
+    which_or(
+        program,
+        "the image tests need buildah, podman and runc (apt-get install buildah podman runc; .ci/run does)",
+    )
+}
+
+/// `program` on PATH, or an error naming it and `fix`.
+pub fn which_or(program: &str, fix: &str) -> Result<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!("{program} is not on PATH: the image tests need buildah, podman and runc (apt-get install buildah podman runc; .ci/run does)")
-        })
+        .ok_or_else(|| anyhow!("{program} is not on PATH: {fix}"))
 }
 
 /// Runs `command`; its stdout (trimmed) on success, else an error with the command, status and

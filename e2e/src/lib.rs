@@ -18,7 +18,8 @@
 //! together. [`pod_runner`] runs the Pods on kwok's fake node as local processes, [`helm`] installs
 //! charts, [`prometheus`] runs a real Prometheus and queries it, [`pod_monitor`] turns a PodMonitor
 //! into its scrape targets. [`image`] builds the container image from the repository's Dockerfile
-//! with buildah and runs it with podman, offline. [`chaos`] (faults under load, then an audit; the `chaos` binary and
+//! with buildah and runs it with podman, offline; [`real_node`] joins a real kubelet ([`kubelet`],
+//! [`containerd`], [`pod_network`]) that runs the chart's pods as containers from it. [`chaos`] (faults under load, then an audit; the `chaos` binary and
 //! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
 //! black-holes or slows their database connections (docs/reliability.md).
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
@@ -28,6 +29,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod binaries;
 pub mod chaos;
+pub mod containerd;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod etcd;
@@ -35,13 +37,16 @@ pub mod gomod;
 pub mod helm;
 pub mod image;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod kwok;
 pub mod pki;
 pub mod pod_monitor;
+pub mod pod_network;
 pub mod pod_runner;
 pub mod process;
 pub mod prometheus;
 pub mod proxy;
+pub mod real_node;
 pub mod scheduler;
 pub mod user;
 pub mod wait;

@@ -44,7 +44,13 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Result<Proxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await.context("binding the proxy's port")?;
+        Proxy::start_on("127.0.0.1:0".parse().expect("a socket address"), upstream).await
+    }
+
+    /// Listens on `listen` (port 0: a free one) and forwards to `upstream`: the real node's pods
+    /// reach loopback services through one on their bridge's address (crate::pod_network).
+    pub async fn start_on(listen: SocketAddr, upstream: SocketAddr) -> Result<Proxy> {
+        let listener = TcpListener::bind(listen).await.with_context(|| format!("binding the proxy's {listen}"))?;
         let port = listener.local_addr()?.port();
         let (mode, rx) = watch::channel(Mode::Pass);
         let task = tokio::spawn(accept_loop(listener, upstream, rx));

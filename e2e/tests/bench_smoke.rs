@@ -46,19 +46,33 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
         number(&r[3])
     };
 
-    for metric in
-        ["events/s, 1 consumer, no-op sink", "events/s, 1 consumer, SQL projection sink", "events/s, 3 consumers"]
-    {
+    for metric in [
+        "events/s, 1 consumer, no-op sink",
+        "events/s, 1 consumer, SQL projection sink (per event)",
+        "events/s, 1 consumer, SQL projection sink (set form)",
+        "events/s, 3 consumers",
+    ] {
         assert!(figure("1 drain", "highwater", metric) > 0.0, "{metric}");
     }
-    assert!(figure("1 drain", "pgbench bound", "events/s, 1 cursor") > 0.0);
+    for metric in ["events/s, 1 cursor", "events/s, SQL projection per event", "events/s, SQL projection set form"] {
+        assert!(figure("1 drain", "pgbench bound", metric) > 0.0, "{metric}");
+    }
     assert!(figure("1 drain", "watermill-sql", "events/s") > 0.0, "watermill-sql peer:\n{md}");
     assert!(figure("1 drain", "River", "jobs/s") > 0.0, "River peer:\n{md}");
-    for mode in ["highwater, NOTIFY + 1 s safety poll", "highwater, polling every 100 ms, no NOTIFY"] {
+    // One row set per run: NOTIFY at the base and the high rate, polling at the base rate.
+    let modes: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "2 latency" && r[2].starts_with("commit-to-sink p50"))
+        .map(|r| r[1].as_str())
+        .collect();
+    assert_eq!(modes.len(), 3, "three latency runs:\n{md}");
+    assert_eq!(modes.iter().filter(|m| m.contains("NOTIFY + 1 s safety poll")).count(), 2, "{modes:?}");
+    for mode in modes {
         let p50 = figure("2 latency", mode, "commit-to-sink p50");
         let max = figure("2 latency", mode, "commit-to-sink max");
         assert!(p50 > 0.0 && p50 <= max, "{mode}: p50 {p50} max {max}");
     }
+    assert!(figure("3 append", "outbox INSERT (hand-written outbox table)", "events/s") > 0.0);
     assert!(figure("3 append", "append API (highwater.append)", "events/s") > 0.0);
     assert!(figure("3 append", "plain INSERT (table without xid8, index, trigger)", "events/s") > 0.0);
     // Idle dispatchers still poll the head (the safety net), so the figure is never zero.

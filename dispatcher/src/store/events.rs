@@ -111,6 +111,11 @@ impl TryFrom<EventRow> for Event {
     }
 }
 
+/// Columns of [`EventRow`] without the bodies: `payload` is JSON null and `metadata` empty, for
+/// readers that never look at them (a SQL sink reads the events server-side).
+pub(crate) const EVENT_HEADER_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
+     e.stream_version, e.event_type, e.tenant_id, 'null'::jsonb AS payload, '{}'::jsonb AS metadata, e.created_at";
+
 /// Columns of [`EventRow`], for queries that read events.
 pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
      e.stream_version, e.event_type, e.tenant_id, e.payload, e.metadata, e.created_at";

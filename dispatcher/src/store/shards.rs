@@ -7,7 +7,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
-    events::{EVENT_COLUMNS, EventRow},
+    events::{EVENT_COLUMNS, EVENT_HEADER_COLUMNS, EventRow},
 };
 
 /// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
@@ -235,18 +235,25 @@ pub struct Batch {
     pub next_xid: u64,
 }
 
+/// The newest event below the fence `s.fence`, whatever its type.
+const HEAD_LATERAL: &str = "LEFT JOIN LATERAL (
+         SELECT tx_id, id FROM highwater.events
+          WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true";
+
+/// The fence and the next transaction id, from one snapshot.
+fn fence_cte() -> String {
+    format!("s AS MATERIALIZED (SELECT {} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)", fence!())
+}
+
 /// Reads up to `limit` events after `cursor` below the snapshot fence. The cursor is passed as
 /// bind parameters so the row comparison is an index condition on `(tx_id, id)`; the fence, the
 /// head and the events all come from one statement, hence one snapshot.
 pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[String], limit: i64) -> Result<Batch> {
     let sql = format!(
-        "WITH s AS MATERIALIZED (
-             SELECT {fence} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)
+        "WITH {s}
          SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, b.*
            FROM s
-           LEFT JOIN LATERAL (
-                SELECT tx_id, id FROM highwater.events
-                 WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
+           {HEAD_LATERAL}
            LEFT JOIN LATERAL (
                 SELECT {EVENT_COLUMNS} FROM highwater.events e
                  WHERE (e.tx_id, e.id) > ($1, $2)
@@ -263,7 +270,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
           ORDER BY b.tx, b.id",
-        fence = fence!()
+        s = fence_cte()
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
@@ -272,6 +279,57 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
         .bind(limit)
         .fetch_all(conn)
         .await?;
+    batch_from_rows(&rows)
+}
+
+/// [`load`] and, when the shard is due for delivery, [`read_batch`] from its cursor, in one
+/// statement (one round trip, one snapshot). Call it while holding the shard's claim
+/// ([`try_lock`]): the statement's snapshot is taken after the claim, so the cursor it reads is
+/// the last one committed. The cursor reaches the index condition as a lateral reference, which
+/// PostgreSQL turns into a parameter of the index scan. `None` when the shard row is gone.
+/// Without `bodies` the events come without payload and metadata (see [`EVENT_HEADER_COLUMNS`]).
+pub async fn load_and_read(
+    conn: &mut PgConnection,
+    consumer: &str,
+    instance: &str,
+    types: &[String],
+    limit: i64,
+    bodies: bool,
+) -> Result<Option<(Shard, Batch)>> {
+    let sql = format!(
+        "WITH {s},
+              sh AS MATERIALIZED (
+                SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2)
+         SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, sh.*, b.*
+           FROM s
+           CROSS JOIN sh
+           {HEAD_LATERAL}
+           LEFT JOIN LATERAL (
+                SELECT {columns} FROM highwater.events e
+                 WHERE sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
+                   AND (e.tx_id, e.id) > (sh.cursor_tx, sh.cursor_id)
+                   AND e.tx_id < s.fence
+                   AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
+                 ORDER BY e.tx_id, e.id
+                 LIMIT $4) b ON true
+          ORDER BY b.tx, b.id",
+        s = fence_cte(),
+        columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(consumer)
+        .bind(instance)
+        .bind(types)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?;
+    let Some(first) = rows.first() else { return Ok(None) };
+    Ok(Some((shard_from_row(first)?, batch_from_rows(&rows)?)))
+}
+
+/// Decodes the rows of [`read_batch`] and [`load_and_read`]: the fence columns on every row,
+/// one event per row (none when the lateral read found nothing).
+fn batch_from_rows(rows: &[sqlx::postgres::PgRow]) -> Result<Batch> {
     let first = rows.first().ok_or_else(|| Error::Internal("the fence query returned no row".into()))?;
     let next_xid = first.try_get::<Xid8, _>("next_xid")?.0;
     let head = match first.try_get::<Option<Xid8>, _>("head_tx")? {
@@ -279,7 +337,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
         None => None,
     };
     let mut events = Vec::with_capacity(rows.len());
-    for r in &rows {
+    for r in rows {
         if r.try_get::<Option<i64>, _>("id")?.is_none() {
             continue;
         }

@@ -181,3 +181,10 @@ pub const PROJECTION_TABLE: &str = "CREATE TABLE IF NOT EXISTS bench_projection 
     event_id bigint PRIMARY KEY, created_at timestamptz NOT NULL, delivered_at timestamptz NOT NULL)";
 pub const PROJECTION_SINK: &str = "{sql: {statement: \"INSERT INTO public.bench_projection (event_id, created_at, \
                                    delivered_at) VALUES ($2, $9, clock_timestamp())\"}}";
+
+/// The same projection in the set form: one statement per batch over `highwater_batch`.
+pub const PROJECTION_SET_TABLE: &str = "CREATE TABLE IF NOT EXISTS bench_projection_set (
+    event_id bigint PRIMARY KEY, created_at timestamptz NOT NULL, delivered_at timestamptz NOT NULL)";
+pub const PROJECTION_SET_SINK: &str = "{sql: {form: set, statement: \"INSERT INTO public.bench_projection_set \
+                                       (event_id, created_at, delivered_at) SELECT id, created_at, clock_timestamp() \
+                                       FROM highwater_batch\"}}";

@@ -7,7 +7,11 @@ use anyhow::Result;
 
 use super::{
     BenchDb, Peers, Report, Sizes, bound,
-    db::{NOOP_SINK, PROJECTION_SINK, PROJECTION_TABLE, ScenarioDb, consumer_yaml},
+    bound::Loop,
+    db::{
+        NOOP_SINK, PROJECTION_SET_SINK, PROJECTION_SET_TABLE, PROJECTION_SINK, PROJECTION_TABLE, ScenarioDb,
+        consumer_yaml,
+    },
     dispatcher::{DispatcherOpts, DispatcherProc, peak_rss},
     report::{per_s, ratio},
     river, watermill,
@@ -47,6 +51,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
     let db = bench.scenario("drain").await?;
     let last_id = db.fill(sizes.drain_events).await?;
     sqlx::query(PROJECTION_TABLE).execute(&db.pool).await?;
+    sqlx::query(PROJECTION_SET_TABLE).execute(&db.pool).await?;
     let d = DispatcherProc::start(&db.url, "drain-0", &DispatcherOpts::group("drain")).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut mem = Memory { idle_rss: d.rss()?, ..Memory::default() };
@@ -57,7 +62,10 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
     mem.one_consumer_peak_rss = peak;
     report.add(S, "highwater", "events/s, 1 consumer, no-op sink", per_s(noop), &note);
     let (sql, _) = timed(&db, &d, "projection", 1, PROJECTION_SINK, sizes, last_id).await?;
-    report.add(S, "highwater", "events/s, 1 consumer, SQL projection sink", per_s(sql), &note);
+    report.add(S, "highwater", "events/s, 1 consumer, SQL projection sink (per event)", per_s(sql), &note);
+    let (set, _) = timed(&db, &d, "projection-set", 1, PROJECTION_SET_SINK, sizes, last_id).await?;
+    report.add(S, "highwater", "events/s, 1 consumer, SQL projection sink (set form)", per_s(set), &note);
+    report.add(S, "highwater SQL (per event) / no-op", "1 consumer", ratio(sql, noop), "goal ≥ 0.40×");
     let k = sizes.drain_consumers;
     let (many, peak) = timed(&db, &d, "many", k, NOOP_SINK, sizes, last_id).await?;
     mem.many_consumers_peak_rss = peak;
@@ -69,8 +77,14 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
         report.add(S, "pgbench bound", "events/s, 1 cursor", per_s(b1), "same loop as plain SQL");
         let bk = bound::drain(&db, bench.pg.port(), n, sizes.batch, k as u32).await?;
         report.add(S, "pgbench bound", &format!("events/s, {k} cursors (sum)"), per_s(bk), "same loop as plain SQL");
-        report.add(S, "highwater / bound", "1 consumer, no-op sink", ratio(noop, b1), "goal ≥ 0.70×");
-        report.add(S, "highwater / bound", &format!("{k} consumers"), ratio(many, bk), "goal ≥ 0.70×");
+        let bp = bound::drain_loop(&db, bench.pg.port(), n, sizes.batch, 1, Loop::ProjectPerEvent).await?;
+        report.add(S, "pgbench bound", "events/s, SQL projection per event", per_s(bp), "same loop as plain SQL");
+        let bs = bound::drain_loop(&db, bench.pg.port(), n, sizes.batch, 1, Loop::ProjectSet).await?;
+        report.add(S, "pgbench bound", "events/s, SQL projection set form", per_s(bs), "same loop as plain SQL");
+        report.add(S, "highwater / bound", "1 consumer, no-op sink", ratio(noop, b1), "goal ≥ 0.80×");
+        report.add(S, "highwater / bound", &format!("{k} consumers"), ratio(many, bk), "goal ≥ 0.60×");
+        report.add(S, "highwater / bound", "SQL projection, per event", ratio(sql, bp), "goal ≥ 0.70×");
+        report.add(S, "highwater / bound", "SQL projection, set form", ratio(set, bs), "goal ≥ 0.70×");
     }
     if peers.watermill {
         match watermill::drain(bench, n, sizes.batch).await {

@@ -2,9 +2,9 @@
 //! through `highwater.append`) while one shared consumer with a SQL projection sink stamps each
 //! event with `clock_timestamp()` as it applies it. Commit-to-sink latency is that stamp minus
 //! the event's `created_at` (`clock_timestamp()` inside the append, microseconds before its
-//! commit); both clocks are the server's, so no clock skew enters. Run twice: with NOTIFY
-//! wake-ups, and with the NOTIFY trigger disabled so that only the dispatcher's 100 ms polling
-//! finds new events.
+//! commit); both clocks are the server's, so no clock skew enters. Run three times: with NOTIFY
+//! wake-ups at the base rate and at the high rate, and with the NOTIFY trigger disabled so that
+//! only the dispatcher's 100 ms polling finds new events.
 use std::time::Duration;
 
 use anyhow::Result;
@@ -19,9 +19,15 @@ use super::{
 const S: &str = "2 latency";
 
 pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<()> {
-    for notify in [true, false] {
+    let runs = [
+        (true, sizes.latency_rate, sizes.latency_writers, "latency_notify", "goal p99 ≤ 25 ms"),
+        (true, sizes.latency_high_rate, sizes.latency_high_writers, "latency_high", "goal p99 ≤ 50 ms"),
+        (false, sizes.latency_rate, sizes.latency_writers, "latency_poll", ""),
+    ];
+    for (notify, target, writers, name, goal) in runs {
         let mode = if notify { "NOTIFY + 1 s safety poll" } else { "polling every 100 ms, no NOTIFY" };
-        let db = bench.scenario(if notify { "latency_notify" } else { "latency_poll" }).await?;
+        let mode = format!("{mode}, {target}/s");
+        let db = bench.scenario(name).await?;
         sqlx::query(PROJECTION_TABLE).execute(&db.pool).await?;
         if !notify {
             sqlx::query("ALTER TABLE highwater.events DISABLE TRIGGER events_notify").execute(&db.pool).await?;
@@ -32,7 +38,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
             opts.idle_poll_interval = opts.poll_interval;
         }
         let _d = DispatcherProc::start(&db.url, "latency-0", &opts).await?;
-        let appended = write_steadily(&db.url, sizes).await?;
+        let appended = write_steadily(&db.url, target, writers, sizes.latency_duration).await?;
         let last: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await?;
         db.wait_caught_up(&["latency".to_owned()], last, Duration::from_secs(60)).await?;
         let row = sqlx::query(
@@ -47,8 +53,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
         let ps: Vec<f64> = row.try_get("p")?;
         let max: f64 = row.try_get("max")?;
         let rate = appended as f64 / sizes.latency_duration.as_secs_f64();
-        let note = format!("{n} events at {rate:.0}/s from {} writers", sizes.latency_writers);
-        let goal = if notify { "goal p99 ≤ 50 ms" } else { "" };
+        let note = format!("{n} events at {rate:.0}/s from {writers} writers");
         for (label, v) in ["p50", "p95", "p99"].iter().zip(ps.iter()) {
             let note = if *label == "p99" && !goal.is_empty() { format!("{note}; {goal}") } else { note.clone() };
             report.add(
@@ -64,14 +69,14 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     Ok(())
 }
 
-/// Appends at `latency_rate` events/s for `latency_duration`; returns how many were appended.
-async fn write_steadily(url: &str, sizes: &Sizes) -> Result<u64> {
-    let pool = highwater::db::connect(url, sizes.latency_writers).await?;
-    let per_writer = sizes.latency_rate / sizes.latency_writers;
+/// Appends at `rate` events/s from `writers` tasks for `duration`; returns how many were appended.
+async fn write_steadily(url: &str, rate: u32, writers: u32, duration: Duration) -> Result<u64> {
+    let pool = highwater::db::connect(url, writers).await?;
+    let per_writer = rate / writers;
     let period = Duration::from_secs_f64(1.0 / per_writer as f64);
-    let ticks = (sizes.latency_duration.as_secs_f64() * per_writer as f64) as u64;
+    let ticks = (duration.as_secs_f64() * per_writer as f64) as u64;
     let mut tasks = Vec::new();
-    for w in 0..sizes.latency_writers {
+    for w in 0..writers {
         let pool = pool.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);

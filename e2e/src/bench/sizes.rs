@@ -12,6 +12,9 @@ pub struct Sizes {
     /// Scenario 2: events per second, writers, and how long.
     pub latency_rate: u32,
     pub latency_writers: u32,
+    /// Scenario 2's second rate (NOTIFY wake-ups only), with its writers.
+    pub latency_high_rate: u32,
+    pub latency_high_writers: u32,
     pub latency_duration: Duration,
     /// Scenario 3: how long each writer style runs, with how many clients.
     pub append_duration: Duration,
@@ -37,6 +40,8 @@ impl Sizes {
             batch: 1000,
             latency_rate: 1000,
             latency_writers: 4,
+            latency_high_rate: 10_000,
+            latency_high_writers: 8,
             latency_duration: Duration::from_secs(30),
             append_duration: Duration::from_secs(15),
             append_clients: 4,
@@ -58,6 +63,8 @@ impl Sizes {
             batch: 500,
             latency_rate: 200,
             latency_writers: 2,
+            latency_high_rate: 1000,
+            latency_high_writers: 2,
             latency_duration: Duration::from_secs(2),
             append_duration: Duration::from_secs(1),
             append_clients: 2,

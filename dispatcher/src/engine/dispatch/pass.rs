@@ -10,7 +10,7 @@ use sqlx::{Connection, PgPool};
 use crate::{
     Position, Result,
     metrics::{Metrics, ShardLabels},
-    shards::{self, Failure, FailureOutcome, Shard},
+    shards::{self, Failure, FailureOutcome, Shard, ShardLock},
     sink::{DeliveryContext, Sink, SinkError},
 };
 
@@ -98,17 +98,38 @@ pub fn retry_delay_bounds(initial: Duration, max: Duration, attempts: i32) -> (D
     (initial.max(ceiling / 2), ceiling)
 }
 
-pub async fn run(ctx: &ShardCtx) -> Result<Outcome> {
-    let Some(mut lock) = shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? else {
-        return Ok(Outcome::Busy);
+/// One pass. `claim` carries the shard's claim from one pass to the next while a backlog lasts
+/// (a full batch was delivered), so a drain claims once, not once per batch; it is released as
+/// soon as the shard is caught up, fails, or halts, so that another dispatcher can take over.
+pub async fn run(ctx: &ShardCtx, claim: &mut Option<ShardLock>) -> Result<Outcome> {
+    let mut lock = match claim.take() {
+        Some(lock) => lock,
+        None => match shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? {
+            Some(lock) => lock,
+            None => return Ok(Outcome::Busy),
+        },
     };
     let outcome = locked(ctx, lock.conn()).await?;
-    lock.release().await?;
+    if matches!(outcome, Outcome::Delivered { more: true, .. }) {
+        *claim = Some(lock);
+    } else {
+        lock.release().await?;
+    }
     Ok(outcome)
 }
 
 async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
-    let Some(shard) = shards::load(conn, &ctx.consumer, &ctx.instance_id).await? else {
+    let limit = i64::from(ctx.spec.batch_size);
+    let Some((shard, batch)) = shards::load_and_read(
+        conn,
+        &ctx.consumer,
+        &ctx.instance_id,
+        &ctx.spec.event_types,
+        limit,
+        ctx.sink.needs_bodies(),
+    )
+    .await?
+    else {
         return Ok(Outcome::Missing);
     };
     if !shard.status.delivers() {
@@ -117,8 +138,6 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     if let Some(ms) = shard.retry_in_ms.filter(|ms| *ms > 0) {
         return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: Duration::from_millis(ms as u64) });
     }
-    let limit = i64::from(ctx.spec.batch_size);
-    let batch = shards::read_batch(conn, shard.cursor, &ctx.spec.event_types, limit).await?;
     if shard.cursor.tx >= batch.next_xid {
         return Err(shards::cursors_ahead([(&*shard.consumer, &*shard.instance_id, shard.cursor.tx)], batch.next_xid));
     }
@@ -161,29 +180,48 @@ impl Pass<'_> {
 
 /// A SQL sink: the batch and the cursor update commit together, so each event applies once.
 async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
-    let mut tx = conn.begin().await?;
     let started = Instant::now();
-    let res = deliver(ctx, Some(&mut tx), b.events).await;
-    ctx.handler_took(started);
-    let err = match res {
-        Ok(()) => {
-            if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
-                tx.commit().await?;
-                ctx.acknowledged(b.events);
-                return Ok(b.delivered());
-            }
-            tx.rollback().await?;
-            return Ok(Outcome::Changed);
-        }
+    let err = match ctx.sink.prepare(conn).await {
         Err(err) => err,
+        Ok(()) => {
+            let mut tx = conn.begin().await?;
+            match deliver(ctx, Some(&mut tx), b.events).await {
+                Ok(()) => {
+                    ctx.handler_took(started);
+                    if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+                        tx.commit().await?;
+                        ctx.acknowledged(b.events);
+                        return Ok(b.delivered());
+                    }
+                    tx.rollback().await?;
+                    return Ok(Outcome::Changed);
+                }
+                Err(err) => {
+                    tx.rollback().await?;
+                    err
+                }
+            }
+        }
     };
-    tx.rollback().await?;
+    ctx.handler_took(started);
     // Re-apply the events before the failing one, then record the failure in the same
     // transaction, so the progress and the failure land together. A sink that is not
     // deterministic may fail elsewhere the second time: the failure is then recorded where it
     // happened this time, or on the first event with nothing applied if that prefix fails too.
     let mut tx = conn.begin().await?;
     let (index, message) = match prefix(ctx, &mut tx, b.events, err.index).await {
+        // The batch ran into its time limit after `index` events: not that event's fault.
+        // Commit what was applied; the next pass starts at it with the full limit again.
+        Ok(()) if err.deferred => {
+            let to = b.events[err.index - 1].position();
+            if shards::advance(&mut tx, b.shard, b.shard.cursor, to, err.index as i64).await? {
+                tx.commit().await?;
+                ctx.acknowledged(&b.events[..err.index]);
+                return Ok(Outcome::Delivered { cursor: to, more: true });
+            }
+            tx.rollback().await?;
+            return Ok(Outcome::Changed);
+        }
         Ok(()) => (err.index, err.message),
         Err(again) => {
             tx.rollback().await?;

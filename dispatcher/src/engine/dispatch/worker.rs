@@ -29,6 +29,8 @@ pub async fn run(
     let mut retry_at: Option<Instant> = None;
     let mut halted = false;
     let mut force = true;
+    // The shard's claim, kept between the passes of a backlog.
+    let mut claim = None;
     let mut error_delay = Duration::from_millis(200);
     let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx } = wakeups;
     loop {
@@ -45,7 +47,7 @@ pub async fn run(
         if force || retry_due || (behind && !halted && retry_at.is_none()) {
             force = false;
             retry_at = None;
-            match pass::run(&ctx).await {
+            match pass::run(&ctx, &mut claim).await {
                 Ok(outcome) => {
                     error_delay = Duration::from_millis(200);
                     halted = false;

@@ -41,14 +41,13 @@ impl Sink for LogSink {
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let mut buf = Vec::with_capacity(events.len() * 256);
         for ev in events {
-            serde_json::to_writer(&mut buf, &Envelope::new(ctx, ev))
-                .map_err(|e| SinkError { index: 0, message: e.to_string() })?;
+            serde_json::to_writer(&mut buf, &Envelope::new(ctx, ev)).map_err(|e| SinkError::at(0, e.to_string()))?;
             buf.push(b'\n');
         }
         // One write per batch: lines of concurrent consumers never interleave mid-line.
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         out.write_all(&buf)
             .and_then(|_| out.flush())
-            .map_err(|e| SinkError { index: 0, message: format!("writing the log sink: {e}") })
+            .map_err(|e| SinkError::at(0, format!("writing the log sink: {e}")))
     }
 }

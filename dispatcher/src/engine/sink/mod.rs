@@ -30,6 +30,17 @@ pub struct DeliveryContext<'a> {
 pub struct SinkError {
     pub index: usize,
     pub message: String,
+    /// The sink stopped at `index` for a reason that is not that event's fault (the batch as a
+    /// whole ran into a time limit): deliver from it again without counting a failed attempt.
+    /// Only with `index > 0`, so every call makes progress.
+    pub deferred: bool,
+}
+
+impl SinkError {
+    /// Event `index` failed.
+    pub fn at(index: usize, message: impl Into<String>) -> Self {
+        SinkError { index, message: message.into(), deferred: false }
+    }
 }
 
 #[async_trait]
@@ -37,8 +48,23 @@ pub trait Sink: Send + Sync {
     fn kind(&self) -> &'static str;
 
     /// `true`: `deliver` gets the cursor transaction in `ctx.tx` and must do all its work in it.
+    /// On an error the caller rolls that transaction back and applies the events before the
+    /// failing one again (a call on that prefix), so a failed call may leave anything behind.
     fn transactional(&self) -> bool {
         false
+    }
+
+    /// `false`: the sink never reads events' payload and metadata in this process (the SQL sink
+    /// reads the events server-side), so the dispatcher does not fetch and decode them.
+    fn needs_bodies(&self) -> bool {
+        true
+    }
+
+    /// For transactional sinks, called on the cursor connection before the cursor transaction
+    /// opens, outside it: work that would otherwise take a transaction id (catalog writes) for
+    /// the whole delivery. An error fails the batch's first event.
+    async fn prepare(&self, _conn: &mut PgConnection) -> Result<(), SinkError> {
+        Ok(())
     }
 
     /// Delivers `events` in order, stopping at the first failure.

@@ -130,22 +130,19 @@ impl Sink for WebhookSink {
     }
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
-        let encode = |e: serde_json::Error| SinkError { index: 0, message: format!("webhook: encoding: {e}") };
+        let encode = |e: serde_json::Error| SinkError::at(0, format!("webhook: encoding: {e}"));
         if self.batch {
             let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
             let id = format!("{}:{}-{}", ctx.consumer, first.id, last.id);
             let all: Vec<Envelope> = events.iter().map(|ev| Envelope::new(ctx, ev)).collect();
             let body = serde_json::to_vec(&all).map_err(encode)?;
             // The receiver acknowledges the array as a whole, so a failure fails every event in it.
-            return self
-                .post(&id, body, first.correlation_id())
-                .await
-                .map_err(|message| SinkError { index: 0, message });
+            return self.post(&id, body, first.correlation_id()).await.map_err(|message| SinkError::at(0, message));
         }
         for (index, ev) in events.iter().enumerate() {
             let id = idempotency_key(ctx.consumer, ev.id);
             let body = serde_json::to_vec(&Envelope::new(ctx, ev)).map_err(encode)?;
-            self.post(&id, body, ev.correlation_id()).await.map_err(|message| SinkError { index, message })?;
+            self.post(&id, body, ev.correlation_id()).await.map_err(|message| SinkError::at(index, message))?;
         }
         Ok(())
     }

@@ -1,0 +1,235 @@
+//! The SQL sink runs a batch server-side (issue 14): per event (`form: perEvent`) or once over
+//! the batch (`form: set`), with the per-event semantics of the old client loop: the failing
+//! event found exactly, the events before it applied, a batch-wide timeout that is no event's
+//! fault deferred rather than counted, and the nine columns delivered as stored.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use highwater::{NewEvent, append};
+use serde_json::json;
+use sqlx::PgPool;
+
+const PER_EVENT_DIVIDE: &str = "INSERT INTO proj (event_id, q) VALUES ($2, 100 / ($1->>'n')::int)";
+const SET_DIVIDE: &str = "INSERT INTO proj (event_id, q) SELECT id, 100 / (payload->>'n')::int FROM highwater_batch";
+
+/// Shard row of a shared consumer: status, attempts, failing event, cursor id, last error.
+async fn shard(pool: &PgPool, consumer: &str) -> (String, i32, Option<i64>, i64, Option<String>) {
+    sqlx::query_as(
+        "SELECT status, attempts, failing_event_id, cursor_id, last_error
+           FROM highwater.consumer_shards WHERE consumer = $1",
+    )
+    .bind(consumer)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn wait_status(pool: &PgPool, consumer: &str, status: &'static str) {
+    let (pool, consumer) = (pool.clone(), consumer.to_owned());
+    eventually(&format!("{consumer} to be {status}"), Duration::from_secs(60), || {
+        let (pool, consumer) = (pool.clone(), consumer.clone());
+        async move { shard(&pool, &consumer).await.0 == status }
+    })
+    .await;
+}
+
+/// 1,000 events in one transaction, so the consumer (batch size 1,000) reads them as one
+/// batch; the one at `poison` divides by zero. Returns the ids in order.
+async fn thousand_with_poison_at(pool: &PgPool, poison: usize) -> Vec<i64> {
+    let mut tx = pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..1000 {
+        let n = if i == poison { 0 } else { 1 + i as i64 % 7 };
+        ids.push(
+            append(&mut tx, &NewEvent::new("item", &format!("s{}", i % 13), "Item", json!({"n": n}))).await.unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+async fn poison_in_the_middle(form: &str, statement: &str) {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
+    let ids = thousand_with_poison_at(&db.pool, 499).await;
+    apply(
+        &db.pool,
+        &consumer(
+            "proj",
+            &format!(
+                "delivery: Shared\nbatchSize: 1000\nmaxAttempts: 2\nbackoff: {{initial: 50ms, max: 100ms}}\nsink:\n  sql:\n    form: {form}\n    statement: \"{statement}\""
+            ),
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    wait_status(&db.pool, "proj", "dead").await;
+
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM proj ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(applied, ids[..499].to_vec(), "exactly the 499 events before the poison one are applied");
+    let (status, attempts, failing, cursor_id, error) = shard(&db.pool, "proj").await;
+    assert_eq!((status.as_str(), attempts, failing, cursor_id), ("dead", 2, Some(ids[499]), ids[498]));
+    let error = error.unwrap();
+    assert!(error.contains("division by zero") && error.contains("22012"), "{error}");
+    let delivered: i64 =
+        sqlx::query_scalar("SELECT delivered_count FROM highwater.consumer_shards WHERE consumer = 'proj'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(delivered, 499);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_event_form_poison_in_a_1000_event_batch_applies_exactly_the_events_before_it() {
+    poison_in_the_middle("perEvent", PER_EVENT_DIVIDE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_form_poison_in_a_1000_event_batch_applies_exactly_the_events_before_it() {
+    poison_in_the_middle("set", SET_DIVIDE).await;
+}
+
+/// Every column reaches the statement as stored, in both forms, including NULL tenants and
+/// versions, and events appended by concurrent writers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_forms_see_the_nine_columns_as_stored() {
+    let db = setup(&["Item"]).await;
+    let cols = "payload jsonb, id bigint PRIMARY KEY, stream_type text, stream_id text, event_type text, \
+                tenant_id text, metadata jsonb, stream_version bigint, created_at timestamptz";
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE TABLE copy_each ({cols}); CREATE TABLE copy_set ({cols});")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let yaml = [
+        consumer(
+            "each",
+            "delivery: Shared\nbatchSize: 300\nsink:\n  sql:\n    statement: INSERT INTO copy_each VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        ),
+        consumer(
+            "set",
+            "delivery: Shared\nbatchSize: 300\nsink:\n  sql:\n    form: set\n    statement: INSERT INTO copy_set SELECT * FROM highwater_batch",
+        ),
+    ]
+    .concat();
+    apply(&db.pool, &yaml).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let pool = db.pool.clone();
+            tokio::spawn(async move {
+                for i in 0..250i64 {
+                    let mut tx = pool.begin().await.unwrap();
+                    let mut e = NewEvent::new("item", &format!("w{w}"), "Item", json!({"w": w, "i": i, "s": "é\"'\\"}));
+                    e.expected_version = Some(i);
+                    e.tenant_id = (i % 3 == 0).then(|| format!("t{}", i % 2));
+                    e.metadata = Some(json!({"correlation_id": format!("c{i}"), "n": i}));
+                    append(&mut tx, &e).await.unwrap();
+                    tx.commit().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    wait_count(&db.pool, "SELECT count(*) FROM copy_each", 1000, Duration::from_secs(60)).await;
+    wait_count(&db.pool, "SELECT count(*) FROM copy_set", 1000, Duration::from_secs(60)).await;
+    for table in ["copy_each", "copy_set"] {
+        let differ: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM (
+                (SELECT payload, id, stream_type, stream_id, event_type, tenant_id, metadata, stream_version, created_at
+                   FROM highwater.events EXCEPT SELECT * FROM {table})
+                UNION ALL
+                (SELECT * FROM {table} EXCEPT SELECT payload, id, stream_type, stream_id, event_type, tenant_id,
+                        metadata, stream_version, created_at FROM highwater.events)) d"
+        )))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(differ, 0, "{table} holds exactly the stored events");
+    }
+}
+
+/// `timeout` limits each event as before: a batch that runs long as a whole is committed up to
+/// where the limit hit and goes on from there without a failed attempt; an event that alone
+/// exceeds the limit fails, and its predecessors are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_runs_long_is_deferred_and_only_a_slow_event_fails() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql("CREATE TABLE slow (event_id bigint PRIMARY KEY)").execute(&db.pool).await.unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..9 {
+        let sleep = if i == 8 { 2.0 } else { 0.15 };
+        ids.push(append(&mut tx, &NewEvent::new("item", "a", "Item", json!({"sleep": sleep}))).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    apply(
+        &db.pool,
+        &consumer(
+            "slow",
+            "delivery: Shared\nbatchSize: 100\nmaxAttempts: 2\nbackoff: {initial: 50ms, max: 100ms}\nsink:\n  sql:\n    timeout: 500ms\n    statement: \"INSERT INTO slow SELECT $2 FROM pg_sleep(($1->>'sleep')::float8)\"",
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    wait_status(&db.pool, "slow", "dead").await;
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM slow ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(applied, ids[..8].to_vec(), "the eight quick events are applied, in several batches");
+    let (_, attempts, failing, cursor_id, error) = shard(&db.pool, "slow").await;
+    assert_eq!((attempts, failing, cursor_id), (2, Some(ids[8]), ids[7]), "only the slow event failed");
+    assert!(error.as_deref().unwrap_or("").contains("statement timeout"), "{error:?}");
+}
+
+/// The set form runs under the sink's role too, and a statement that cannot run at all
+/// (here: a missing table) fails on the batch's first event with the database's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_form_runs_under_the_role_and_reports_a_broken_statement() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE allowed (id bigint); CREATE TABLE secrets (id bigint);
+         CREATE ROLE set_projector NOLOGIN; GRANT INSERT ON allowed TO set_projector;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let first = append(&mut tx, &NewEvent::new("item", "a", "Item", json!({}))).await.unwrap();
+    append(&mut tx, &NewEvent::new("item", "a", "Item", json!({}))).await.unwrap();
+    tx.commit().await.unwrap();
+    let yaml = [
+        consumer(
+            "ok",
+            "delivery: Shared\nsink: {sql: {form: set, role: set_projector, statement: 'INSERT INTO allowed SELECT id FROM highwater_batch'}}",
+        ),
+        consumer(
+            "nosy",
+            "delivery: Shared\nmaxAttempts: 1\nsink: {sql: {form: set, role: set_projector, statement: 'INSERT INTO secrets SELECT id FROM highwater_batch'}}",
+        ),
+        consumer(
+            "broken",
+            "delivery: Shared\nmaxAttempts: 1\nsink: {sql: {form: set, statement: 'INSERT INTO missing SELECT id FROM highwater_batch'}}",
+        ),
+    ]
+    .concat();
+    apply(&db.pool, &yaml).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM allowed", 2, Duration::from_secs(30)).await;
+    wait_status(&db.pool, "nosy", "dead").await;
+    wait_status(&db.pool, "broken", "dead").await;
+    let (_, _, failing, _, error) = shard(&db.pool, "nosy").await;
+    assert_eq!(failing, Some(first));
+    assert!(error.as_deref().unwrap_or("").contains("permission denied for table secrets"), "{error:?}");
+    let (_, _, failing, _, error) = shard(&db.pool, "broken").await;
+    assert_eq!(failing, Some(first));
+    assert!(error.as_deref().unwrap_or("").contains("relation \"missing\" does not exist"), "{error:?}");
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM secrets").await, 0);
+}
