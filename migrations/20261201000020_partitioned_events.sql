@@ -350,3 +350,30 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION highwater.append(text, text, text, jsonb, jsonb, text, bigint) FROM PUBLIC;
+
+-- The events after a cursor, below the fence, in delivery order: what a dispatcher's pass reads
+-- when its cursor comes from a row of the same statement (shards::load_and_read). Written inline,
+-- the cursor is a lateral reference; PostgreSQL then plans the read as parameterised, never
+-- considers reading the partitions in order, and sorts every row after the cursor (122 ms per
+-- batch of 1,000 over 30 partitions, measured). Here the cursor is a parameter of a query planned
+-- by PL/pgSQL: partitions behind the cursor and above the fence are pruned and the rest read in
+-- order (0.4 to 1.2 ms). STABLE: it runs in the caller's snapshot, so its fence is the caller's.
+CREATE FUNCTION highwater.events_after(p_tx xid8, p_id bigint, p_types text[], p_limit bigint)
+RETURNS SETOF highwater.events
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM highwater.events e
+     WHERE (e.tx_id, e.id) > (p_tx, p_id)
+       AND e.tx_id >= p_tx
+       AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
+     ORDER BY e.tx_id, e.id
+     LIMIT p_limit;
+END
+$$;

@@ -270,7 +270,8 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
           ORDER BY b.tx, b.id",
-        s = fence_cte()
+        s = fence_cte(),
+        fence = fence!()
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
@@ -304,14 +305,15 @@ pub async fn load_and_read(
            FROM s
            CROSS JOIN sh
            {HEAD_LATERAL}
+           -- highwater.events_after (migration 20261201000020) rather than the read inline:
+           -- with the cursor a lateral reference, PostgreSQL cannot read the partitions of
+           -- highwater.events in order and sorts every row after the cursor. Same fence: the
+           -- function is STABLE, it runs in this statement's snapshot.
            LEFT JOIN LATERAL (
-                SELECT {columns} FROM highwater.events e
-                 WHERE sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
-                   AND (e.tx_id, e.id) > (sh.cursor_tx, sh.cursor_id)
-                   AND e.tx_id < s.fence
-                   AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
-                 ORDER BY e.tx_id, e.id
-                 LIMIT $4) b ON true
+                SELECT {columns} FROM highwater.events_after(
+                    sh.cursor_tx, sh.cursor_id, $3::text[],
+                    CASE WHEN sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
+                         THEN $4::bigint ELSE 0 END) e) b ON true
           ORDER BY b.tx, b.id",
         s = fence_cte(),
         columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },
