@@ -136,10 +136,8 @@ async fn retention_run(bench: &BenchDb, n: i64, method: Method, sizes: &Sizes) -
     let d = DispatcherProc::start(&db.url, "storage-0", &DispatcherOpts::group("storage")).await?;
     // From the newest event: the projection's cursor starts past the fill (which retention may
     // then remove) without spending minutes projecting it.
-    let yaml = consumer_yaml("proj", "storage", sizes.batch, PROJECTION_SINK).replace(
-        "  delivery: Shared\n",
-        "  delivery: Shared\n  startFrom: latest\n",
-    );
+    let yaml = consumer_yaml("proj", "storage", sizes.batch, PROJECTION_SINK)
+        .replace("  delivery: Shared\n", "  delivery: Shared\n  startFrom: latest\n");
     db.apply(&yaml).await?;
     db.wait_caught_up(&["proj".to_owned()], last_fill, TIMEOUT).await?;
     // The fill's rows are older than the cutoff of a 0-day retention that starts from here.
