@@ -67,6 +67,9 @@ BEGIN
     ALTER TABLE highwater.events_legacy ALTER COLUMN id DROP IDENTITY;
     DROP TRIGGER events_notify ON highwater.events_legacy;
     DROP TRIGGER events_order_after_previous_version ON highwater.events_legacy;
+    -- Read-your-writes (20261201000010): re-created on the new table below.
+    DROP TRIGGER events_remember_raised_tx_id ON highwater.events_legacy;
+    DROP TRIGGER events_record_pruned ON highwater.events_legacy;
     -- Replaced by highwater.stream_versions.
     DROP INDEX highwater.events_stream_version;
     ALTER TABLE highwater.events_legacy DROP CONSTRAINT events_event_type_fkey;
@@ -116,6 +119,17 @@ ALTER TABLE highwater.events_legacy DROP CONSTRAINT events_pkey;
 
 CREATE TRIGGER events_notify AFTER INSERT ON highwater.events
     FOR EACH STATEMENT EXECUTE FUNCTION highwater.notify_events();
+
+-- As in 20261201000010_read_your_writes.sql. A dropped partition fires no DELETE trigger:
+-- `events drop-partitions` records what it drops in highwater.pruned itself.
+CREATE TRIGGER events_remember_raised_tx_id
+    AFTER INSERT ON highwater.events
+    FOR EACH ROW WHEN (NEW.tx_id > pg_current_xact_id())
+    EXECUTE FUNCTION highwater.remember_raised_tx_id();
+CREATE TRIGGER events_record_pruned
+    AFTER DELETE ON highwater.events
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION highwater.record_pruned();
 
 -- Creates the partitions missing between the highest one and `ahead` widths above the next
 -- transaction id; returns how many it created. Owned by whoever runs the migrations and run with
@@ -358,7 +372,8 @@ REVOKE ALL ON FUNCTION highwater.append(text, text, text, jsonb, jsonb, text, bi
 -- batch of 1,000 over 30 partitions, measured). Here the cursor is a parameter of a query planned
 -- by PL/pgSQL: partitions behind the cursor and above the fence are pruned and the rest read in
 -- order (0.4 to 1.2 ms). STABLE: it runs in the caller's snapshot, so its fence is the caller's.
-CREATE FUNCTION highwater.events_after(p_tx xid8, p_id bigint, p_types text[], p_limit bigint)
+CREATE FUNCTION highwater.events_after(p_tx xid8, p_id bigint, p_types text[], p_limit bigint,
+                                       p_skip bigint[] DEFAULT '{}')
 RETURNS SETOF highwater.events
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -373,6 +388,8 @@ BEGIN
        AND e.tx_id >= p_tx
        AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
        AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
+       -- Seen by a read model's bootstrap (consumer_shards.bootstrap_seen): passed over.
+       AND NOT (e.id = ANY (p_skip))
      ORDER BY e.tx_id, e.id
      LIMIT p_limit;
 END

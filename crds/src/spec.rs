@@ -20,6 +20,7 @@ use crate::status::EventConsumerStatus;
     printcolumn(name = "Delivery", type_ = "string", json_path = ".spec.delivery"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
+    printcolumn(name = "Rebuild", type_ = "string", json_path = ".status.rebuild"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')")
         .message("metadata.name must be a DNS-1123 label (1-63 lowercase letters, digits and '-')")
@@ -169,8 +170,8 @@ impl Default for Backoff {
 
 /// One of the sinks; set exactly one field.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
-#[x_kube(validation = Rule::new("[has(self.sql), has(self.log), has(self.sse), has(self.webhook)].filter(x, x).size() == 1")
-    .message("set exactly one sink: sql, log, sse or webhook"))]
+#[x_kube(validation = Rule::new("[has(self.sql), has(self.log), has(self.sse), has(self.webhook), has(self.kafka), has(self.nats)].filter(x, x).size() == 1")
+    .message("set exactly one sink: sql, log, sse, webhook, kafka or nats"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,6 +182,10 @@ pub struct SinkSpec {
     pub sse: Option<SseSink>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookSink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSink>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<NatsSink>,
 }
 
 /// Runs a SQL statement in the transaction that advances the cursor: exactly once. In the
@@ -190,7 +195,7 @@ pub struct SinkSpec {
 /// NULL), `$9` created at (timestamptz). In the `set` form it runs once per batch over the
 /// relation `highwater_batch`, whose columns are those nine: `payload`, `id`, `stream_type`,
 /// `stream_id`, `event_type`, `tenant_id`, `metadata`, `stream_version`, `created_at`.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SqlSink {
     pub statement: String,
@@ -204,6 +209,17 @@ pub struct SqlSink {
     /// `statement_timeout` for the sink's statements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// SQL run by a rebuild (`highwater consumer rebuild`, annotation `highwater.dev/rebuild`) in
+    /// the same transaction that rewinds the cursor, e.g. `TRUNCATE order_totals`: the read model
+    /// is emptied and refilled from the first event with no moment in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<String>,
+    /// SQL that fills the read model from the application's current tables, run once when the
+    /// consumer is created (and by a rebuild when events it needs were pruned), in one snapshot;
+    /// the cursor is placed so that exactly the events that snapshot did not see are delivered
+    /// afterwards. The shard stays disabled until it has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
 }
 
 /// How a SQL sink's statement sees the events.
@@ -271,6 +287,167 @@ pub struct SecretRef {
     pub file: Option<String>,
 }
 
+/// Publishes each event as one Kafka record with an idempotent producer (`acks=all`); the cursor
+/// moves only after the brokers acknowledged every record of the batch. At least once: every
+/// record carries the event id (header `highwater-event-id`) for consumers to drop redeliveries.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSink {
+    /// Bootstrap brokers, `host:port`.
+    #[schemars(length(min = 1))]
+    pub brokers: Vec<String>,
+    /// Topic, fixed or a template of `{streamType}`, `{eventType}` and `{tenantId}` (e.g.
+    /// `events.{streamType}`).
+    pub topic: String,
+    /// What the record key is: `streamId` (default; one stream's events stay ordered on one
+    /// partition), `streamTypeAndId` (`type/id`), `eventId` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<RecordKey>,
+    /// `payload` (default: the event's JSON payload) or `envelope` (the JSON object the webhook
+    /// and log sinks emit, with the event's fields and metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<RecordValue>,
+    /// `none`, `gzip`, `snappy`, `lz4` or `zstd` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<KafkaCompression>,
+    /// How long one batch may wait for the brokers' acknowledgements (default 30s); then the
+    /// attempt fails and is retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// TLS to the brokers (`security.protocol` SSL or SASL_SSL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<BrokerTls>,
+    /// SASL authentication (`security.protocol` SASL_PLAINTEXT, or SASL_SSL with tls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<KafkaSasl>,
+    /// Extra record headers, the same on every record.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Further librdkafka producer properties (e.g. `linger.ms`); the ones this sink sets for
+    /// its guarantees (idempotence, acks, security) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The record key of a broker sink.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RecordKey {
+    StreamId,
+    StreamTypeAndId,
+    EventId,
+    None,
+}
+
+/// The record value of a broker sink.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RecordValue {
+    Payload,
+    Envelope,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaCompression {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl KafkaCompression {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KafkaCompression::None => "none",
+            KafkaCompression::Gzip => "gzip",
+            KafkaCompression::Snappy => "snappy",
+            KafkaCompression::Lz4 => "lz4",
+            KafkaCompression::Zstd => "zstd",
+        }
+    }
+}
+
+/// TLS to a broker. Paths are files the dispatcher can read (e.g. a mounted Secret).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BrokerTls {
+    /// PEM file of the CA certificates that sign the brokers' certificates; default the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// PEM client certificate for mutual TLS (with keyFile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// PEM private key of the client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+}
+
+/// SASL credentials for Kafka; the password comes from a secret, never from the definition.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSasl {
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: SecretRef,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// Publishes each event to NATS JetStream with `Nats-Msg-Id` = the event id, so the stream drops
+/// a redelivery within its duplicate window; the cursor moves only after JetStream acknowledged
+/// every message of the batch. At least once beyond the window.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NatsSink {
+    /// Server URLs, `nats://host:port` (or `tls://`).
+    #[schemars(length(min = 1))]
+    pub servers: Vec<String>,
+    /// Subject, fixed or a template of `{streamType}`, `{streamId}`, `{eventType}` and
+    /// `{tenantId}` (e.g. `events.{streamType}.{eventType}`). A JetStream stream must capture it.
+    pub subject: String,
+    /// `payload` (default) or `envelope`, as for the kafka sink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<RecordValue>,
+    /// How long one batch may wait for JetStream's acknowledgements (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Require TLS; with a CA file, trust only that CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<BrokerTls>,
+    /// User name for user/password authentication (with password).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+    /// Token authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<SecretRef>,
+    /// Extra message headers, the same on every message.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
 /// Server-sent events to clients connected to the dispatcher instance (PerInstance only).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -314,6 +491,10 @@ impl ConsumerSpec {
             "sse"
         } else if self.sink.webhook.is_some() {
             "webhook"
+        } else if self.sink.kafka.is_some() {
+            "kafka"
+        } else if self.sink.nats.is_some() {
+            "nats"
         } else {
             "none"
         }

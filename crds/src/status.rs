@@ -29,6 +29,12 @@ pub struct EventConsumerStatus {
     /// The last `highwater.dev/skip-event` annotation value acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_skip: Option<String>,
+    /// A rebuild in progress: done/total, rate and ETA (the `Rebuild` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<String>,
+    /// The last `highwater.dev/rebuild` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_rebuild: Option<String>,
 }
 
 /// One cursor row.
@@ -47,6 +53,23 @@ pub struct ShardState {
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_event_id: Option<i64>,
+    /// A rebuild in progress (or just finished), as `highwater consumer status` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<RebuildState>,
+}
+
+/// Progress of a rebuild: events replayed of those that existed when it started.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RebuildState {
+    pub done: i64,
+    pub total: i64,
+    /// Events per second since the rebuild started.
+    pub rate: f64,
+    /// Seconds left at that rate (absent when nothing was replayed yet, 0 when complete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<f64>,
+    pub complete: bool,
 }
 
 /// A Kubernetes-style condition (`Ready`, `Degraded`, `Suspended`).

@@ -16,8 +16,69 @@ pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
     "traceparent",
 ];
 
+/// Record headers the kafka and nats sinks set on every record from the event; a definition's
+/// `headers` may not set them (nor anything else starting with `highwater-`).
+pub const BROKER_HEADERS: [&str; 11] = [
+    "highwater-event-id",
+    "highwater-event-type",
+    "highwater-stream-type",
+    "highwater-stream-id",
+    "highwater-stream-version",
+    "highwater-tenant-id",
+    "highwater-correlation-id",
+    "highwater-causation-id",
+    "highwater-created-at",
+    "highwater-consumer",
+    "traceparent",
+];
+
+/// librdkafka properties the kafka sink sets for its guarantees; `properties` may not change them.
+pub const RESERVED_KAFKA_PROPERTIES: [&str; 9] = [
+    "bootstrap.servers",
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "security.protocol",
+    "compression.codec",
+    "compression.type",
+    "transactional.id",
+    "message.timeout.ms",
+];
+
+/// The placeholders of topic and subject templates, by sink.
+pub const KAFKA_TOPIC_FIELDS: [&str; 3] = ["streamType", "eventType", "tenantId"];
+pub const NATS_SUBJECT_FIELDS: [&str; 4] = ["streamType", "streamId", "eventType", "tenantId"];
+
+/// Checks a `{field}` template: braces balanced, every placeholder one of `allowed`.
+pub fn check_template(template: &str, allowed: &[&str]) -> Result<(), String> {
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest.as_bytes()[open] == b'}' {
+            return Err(format!("{template:?} has a '}}' without its '{{'"));
+        }
+        let after = &rest[open + 1..];
+        let close = after.find('}').ok_or_else(|| format!("{template:?} has a '{{' without its '}}'"))?;
+        let field = &after[..close];
+        if !allowed.contains(&field) {
+            return Err(format!(
+                "{template:?}: {{{field}}} is not a placeholder; use one of {}",
+                placeholders(allowed)
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    if template.is_empty() {
+        return Err("is empty".to_owned());
+    }
+    Ok(())
+}
+
+fn placeholders(allowed: &[&str]) -> String {
+    allowed.iter().map(|f| format!("{{{f}}}")).collect::<Vec<_>>().join(", ")
+}
+
 /// An HTTP header name is a token (RFC 9110, section 5.1).
-fn is_header_name(name: &str) -> bool {
+pub(crate) fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
@@ -46,7 +107,7 @@ pub fn validate_consumer_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Duration> {
+pub(crate) fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Duration> {
     match humantime::parse_duration(value) {
         Ok(d) => Some(d),
         Err(e) => {
@@ -88,10 +149,26 @@ impl ConsumerSpec {
             ));
         }
         let s = &self.sink;
-        let sinks =
-            [s.sql.is_some(), s.log.is_some(), s.sse.is_some(), s.webhook.is_some()].iter().filter(|s| **s).count();
+        let sinks = [
+            s.sql.is_some(),
+            s.log.is_some(),
+            s.sse.is_some(),
+            s.webhook.is_some(),
+            s.kafka.is_some(),
+            s.nats.is_some(),
+        ]
+        .iter()
+        .filter(|s| **s)
+        .count();
         if sinks != 1 {
-            problems.push(format!("sink: exactly one of sql, log, sse, webhook must be set, found {sinks}"));
+            problems
+                .push(format!("sink: exactly one of sql, log, sse, webhook, kafka, nats must be set, found {sinks}"));
+        }
+        if let Some(k) = &self.sink.kafka {
+            crate::validate_brokers::kafka(k, &mut problems);
+        }
+        if let Some(n) = &self.sink.nats {
+            crate::validate_brokers::nats(n, &mut problems);
         }
         if let Some(sql) = &self.sink.sql {
             if sql.statement.trim().is_empty() {
@@ -104,6 +181,11 @@ impl ConsumerSpec {
             }
             if let Some(t) = &sql.timeout {
                 duration("sink.sql.timeout", t, &mut problems);
+            }
+            for (field, v) in [("reset", &sql.reset), ("bootstrap", &sql.bootstrap)] {
+                if v.as_ref().is_some_and(|v| v.trim().is_empty()) {
+                    problems.push(format!("sink.sql.{field}: is empty (leave it out instead)"));
+                }
             }
         }
         if let Some(w) = &self.sink.webhook {
@@ -184,8 +266,7 @@ mod tests {
         let mut s = spec();
         s.max_attempts = 0;
         s.batch_size = 20_000;
-        s.sink.sql =
-            Some(SqlSink { statement: " ".into(), form: Default::default(), role: None, timeout: Some("soon".into()) });
+        s.sink.sql = Some(SqlSink { statement: " ".into(), timeout: Some("soon".into()), ..Default::default() });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
     }

@@ -17,6 +17,8 @@ const RULES: &[(&str, &[&str])] = &[
             "http",
             "metrics",
             "instance",
+            "wait",
+            "wait_http",
             "embedded",
             "quickstart",
         ],

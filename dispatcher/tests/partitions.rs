@@ -187,6 +187,12 @@ async fn young_partitions_stay_and_caught_up_shards_let_old_ones_go() {
     let dropped: Vec<&str> = r.dropped.iter().map(|p| p.name.as_str()).collect();
     assert!(dropped.contains(&p1.as_str()) && dropped.contains(&p2.as_str()), "{r}");
     assert_eq!(count(&db.pool).await, 0, "{r}");
+    // Recorded as the DELETE trigger records a prune, for rebuilds (a DROP fires no trigger).
+    let pruned: (i64, i64) = sqlx::query_as("SELECT events, newest_id FROM highwater.pruned WHERE event_type = 'Tick'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pruned, (6, second[2].1));
 }
 
 /// A transaction that took its id inside a partition and is still open holds the fence below the

@@ -42,3 +42,30 @@ fn go(cache: &Path) -> PathBuf {
     };
     on_path.or_else(cached).unwrap_or_else(|| PathBuf::from("/usr/local/go/bin/go"))
 }
+
+/// Builds the command of `package@version` with `go install` (sources from the Go module proxy)
+/// into the e2e cache once, and returns the binary's path.
+pub async fn install(package: &str, version: &str) -> Result<PathBuf> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = LOCK.lock().await;
+    let cache = crate::cache_dir()?;
+    let name = package.trim_end_matches("/v2").rsplit('/').next().unwrap_or(package);
+    let bin_dir = cache.join(format!("{name}-{version}"));
+    let bin = bin_dir.join(name);
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let out = tokio::process::Command::new(go(&cache))
+        .args(["install", &format!("{package}@{version}")])
+        .env("GOMODCACHE", cache.join("go/mod"))
+        .env("GOBIN", &bin_dir)
+        .env("GOFLAGS", "-mod=mod")
+        .current_dir(std::env::temp_dir())
+        .output()
+        .await
+        .with_context(|| format!("running go to build {package}@{version} (install Go or put it on PATH)"))?;
+    if !out.status.success() || !bin.is_file() {
+        bail!("go install {package}@{version}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(bin)
+}

@@ -21,13 +21,15 @@
 //! with buildah and runs it with podman, offline; [`real_node`] joins a real kubelet ([`kubelet`],
 //! [`containerd`], [`pod_network`]) that runs the chart's pods as containers from it. [`chaos`] (faults under load, then an audit; the `chaos` binary and
 //! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
-//! black-holes or slows their database connections (docs/reliability.md).
+//! black-holes or slows their database connections (docs/reliability.md). [`brokers`] runs real
+//! Kafka and NATS JetStream servers for the broker sinks' tests.
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
 pub mod apiserver;
 pub mod bench;
 pub mod binaries;
+pub mod brokers;
 pub mod chaos;
 pub mod containerd;
 pub mod control_plane;

@@ -85,4 +85,7 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     assert!(figure("6 operator", "highwater-operator", "EventConsumers reconciled into rows per second") > 0.0);
     assert!(figure("7 memory", "highwater", "dispatcher RSS, idle") > 1.0);
     assert!(figure("7 memory", "highwater", "dispatcher peak RSS, drain, 1 consumer") > 1.0);
+    let p50 = figure("8 read-your-writes wait", "highwater", "commit-to-wait-return p50");
+    assert!(p50 > 0.0 && p50 <= figure("8 read-your-writes wait", "highwater", "commit-to-wait-return max"));
+    assert!(figure("8 read-your-writes wait", "highwater", "wait statements/s") > 0.0);
 }

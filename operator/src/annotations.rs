@@ -15,10 +15,13 @@ pub const RESTART: &str = "highwater.dev/restart";
 /// `<event id>`: skips that event on the shards failing on exactly it; a shard failing on
 /// another event is left alone and the mismatch is reported.
 pub const SKIP: &str = "highwater.dev/skip-event";
+/// Any new value rebuilds the read model once (`highwater consumer rebuild`).
+pub const REBUILD: &str = "highwater.dev/rebuild";
 
 pub struct Handled {
     pub restart: Option<String>,
     pub skip: Option<String>,
+    pub rebuild: Option<String>,
 }
 
 pub async fn handle(
@@ -30,6 +33,7 @@ pub async fn handle(
     let mut out = Handled {
         restart: prev.and_then(|p| p.handled_restart.clone()),
         skip: prev.and_then(|p| p.handled_skip.clone()),
+        rebuild: prev.and_then(|p| p.handled_rebuild.clone()),
     };
     let ann = ec.annotations();
     if let Some(v) = ann.get(RESTART).filter(|v| out.restart.as_ref() != Some(*v)) {
@@ -64,6 +68,14 @@ pub async fn handle(
             },
         }
         out.skip = Some(v.clone());
+    }
+    if let Some(v) = ann.get(REBUILD).filter(|v| out.rebuild.as_ref() != Some(*v)) {
+        match ops::rebuild(&ctx.pool, consumer).await {
+            Ok(r) => events::on(ctx, ec, Reason::Rebuilt, r.to_string()).await,
+            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RebuildRefused, m.to_string()).await,
+            Err(e) => return Err(e.into()),
+        }
+        out.rebuild = Some(v.clone());
     }
     Ok(out)
 }

@@ -91,6 +91,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
     if let Some(h) = handled {
         next.handled_restart = h.restart;
         next.handled_skip = h.skip;
+        next.handled_rebuild = h.rebuild;
     }
     for s in status::newly_dead(prev, &next) {
         let note = format!(

@@ -19,6 +19,8 @@ pub enum Reason {
     Skipped,
     SkipMismatch,
     PodShardsRemoved,
+    Rebuilt,
+    RebuildRefused,
     /// The spec could not be applied.
     Refused(Problem),
 }
@@ -33,13 +35,15 @@ impl Reason {
             Reason::Skipped => "Skipped",
             Reason::SkipMismatch => "SkipMismatch",
             Reason::PodShardsRemoved => "PodShardsRemoved",
+            Reason::Rebuilt => "Rebuilt",
+            Reason::RebuildRefused => "RebuildRefused",
             Reason::Refused(p) => p.as_str(),
         }
     }
 
     pub fn event_type(self) -> EventType {
         match self {
-            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved => EventType::Normal,
+            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved | Reason::Rebuilt => EventType::Normal,
             _ => EventType::Warning,
         }
     }

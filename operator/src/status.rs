@@ -41,6 +41,14 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
             attempts: r.attempts,
             last_error: r.last_error.as_ref().map(|e| e.chars().take(500).collect()),
             failing_event_id: r.failing_event_id,
+            // Only while running: a finished rebuild's rate would change the status at every resync.
+            rebuild: r.rebuild.as_ref().filter(|p| !p.complete).map(|p| highwater_crds::RebuildState {
+                done: p.done,
+                total: p.total,
+                rate: (p.rate * 10.0).round() / 10.0,
+                eta_seconds: p.eta_seconds.map(f64::ceil),
+                complete: p.complete,
+            }),
         })
         .collect();
     let dead: Vec<&ShardState> = shards.iter().filter(|s| s.status == "dead").collect();
@@ -95,6 +103,8 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         conditions,
         handled_restart: i.previous.and_then(|p| p.handled_restart.clone()),
         handled_skip: i.previous.and_then(|p| p.handled_skip.clone()),
+        handled_rebuild: i.previous.and_then(|p| p.handled_rebuild.clone()),
+        rebuild: rows.iter().find_map(|r| r.rebuild.as_ref().filter(|p| !p.complete)).map(|p| p.to_string()),
     }
 }
 
@@ -146,6 +156,12 @@ mod tests {
             next_attempt_at: None,
             heartbeat_at: None,
             delivered_count: 5,
+            bootstrap_pending: false,
+            rebuild_done: None,
+            rebuild_total: None,
+            rebuild_seconds: None,
+            rebuild_complete: None,
+            rebuild: None,
         }
     }
 

@@ -159,12 +159,40 @@ async fn the_api_server_rejects_bad_resources_with_readable_messages() {
         ("bad-group", "  delivery: Shared\n  group: Bad_Group\n  sink: {log: {}}", "spec.group"),
         ("dotted.name", "  delivery: Shared\n  sink: {log: {}}", "metadata.name must be a DNS-1123 label"),
         ("bad-delivery", "  delivery: Sometimes\n  sink: {log: {}}", "Unsupported value: \"Sometimes\""),
+        (
+            "kafka-and-log",
+            "  delivery: Shared\n  sink: {log: {}, kafka: {brokers: [\"k:9092\"], topic: t}}",
+            "set exactly one sink",
+        ),
+        (
+            "bad-compression",
+            "  delivery: Shared\n  sink: {kafka: {brokers: [\"k:9092\"], topic: t, compression: brotli}}",
+            "Unsupported value: \"brotli\"",
+        ),
+        ("no-brokers", "  delivery: Shared\n  sink: {kafka: {brokers: [], topic: t}}", "spec.sink.kafka.brokers"),
     ];
     for (name, spec, needle) in cases {
         let out = apply(&w, &ec(name, spec)).await;
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name} was accepted");
         assert!(err.contains(needle), "{name}: {err}");
+    }
+    // The broker sinks' fields are part of the schema: full definitions are accepted.
+    for (name, sink) in [
+        (
+            "relay-kafka",
+            "{kafka: {brokers: [\"k:9092\"], topic: \"events.{streamType}\", key: streamId, value: envelope, \
+             compression: lz4, tls: {caFile: /etc/ca.crt}, sasl: {mechanism: SCRAM-SHA-512, username: relay, \
+             password: {env: KAFKA_PASSWORD}}, headers: {x-team: billing}, properties: {linger.ms: \"5\"}}}",
+        ),
+        (
+            "relay-nats",
+            "{nats: {servers: [\"nats://n:4222\"], subject: \"events.{streamType}.{eventType}\", username: relay, \
+             password: {file: /etc/nats/password}}}",
+        ),
+    ] {
+        let out = apply(&w, &ec(name, &format!("  delivery: Shared\n  sink: {sink}"))).await;
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
     }
     // Immutable fields, on update.
     let out = apply(&w, &ec("fixed", "  delivery: Shared\n  consumerName: fixed-orders\n  sink: {log: {}}")).await;

@@ -1,5 +1,5 @@
-//! Operations through Kubernetes: a poison event degrades the resource with an Event; the skip
-//! and restart annotations act once per value; `spec.suspend` disables the shards.
+//! Operations through Kubernetes: a poison event degrades the resource with an Event; the skip,
+//! restart and rebuild annotations act once per value; `spec.suspend` disables the shards.
 mod common;
 
 use std::time::Duration;
@@ -110,6 +110,83 @@ spec:
     eventually("Suspended", Duration::from_secs(30), || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
         .await;
     assert_eq!(shard_statuses(&w.pool, "poisoned").await, ["disabled"]);
+    stop.cancel();
+    d.await.unwrap().unwrap();
+}
+
+/// `highwater.dev/rebuild`: resets the read model and replays every event, once per value, with a
+/// `Rebuilt` event; with events pruned (and no bootstrap) a `RebuildRefused` Warning instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rebuild_annotation_rebuilds_once_per_value() {
+    let w = world(&["Tick"]).await;
+    sqlx::raw_sql("CREATE TABLE totals (n bigint NOT NULL); INSERT INTO totals VALUES (0);")
+        .execute(&w.pool)
+        .await
+        .unwrap();
+    let _op = Operator::start(&w, "op-1", false);
+    let ec = r#"
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: totals, namespace: shop}
+spec:
+  delivery: Shared
+  sink: {sql: {statement: "UPDATE totals SET n = n + 1", reset: "UPDATE totals SET n = 0"}}
+"#;
+    assert!(apply(&w, ec).await.status.success());
+    let total = || async { sqlx::query_scalar::<_, i64>("SELECT n FROM totals").fetch_one(&w.pool).await.unwrap() };
+    let pool = w.pool.clone();
+    let rebuilds = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'totals' AND rebuild_started_at IS NOT NULL",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
+    cfg.poll_interval = Duration::from_millis(20);
+    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+    for n in 0..5 {
+        append_n(&w, n).await;
+    }
+    eventually("5 events applied", Duration::from_secs(60), || async { total().await == 5 }).await;
+    assert_eq!(rebuilds().await, 0);
+
+    let ec_get = |path: &'static str| {
+        let w = &w;
+        async move {
+            w.cp.kubectl_ok(["get", "ec", "totals", "-n", "shop", "-o", &format!("jsonpath={path}")])
+                .await
+                .unwrap_or_default()
+        }
+    };
+    w.cp.kubectl_ok(["annotate", "ec", "totals", "-n", "shop", "highwater.dev/rebuild=1"]).await.unwrap();
+    eventually("a Rebuilt event", Duration::from_secs(30), || has_event(&w, "Rebuilt")).await;
+    eventually("handledRebuild recorded", Duration::from_secs(30), || async {
+        ec_get("{.status.handledRebuild}").await == "1"
+    })
+    .await;
+    assert_eq!(rebuilds().await, 1);
+    eventually("the replay to apply every event once", Duration::from_secs(60), || async { total().await == 5 }).await;
+
+    // Events pruned: refused, nothing changed.
+    sqlx::query("DELETE FROM highwater.events WHERE id = (SELECT min(id) FROM highwater.events)")
+        .execute(&w.pool)
+        .await
+        .unwrap();
+    w.cp.kubectl_ok(["annotate", "ec", "totals", "-n", "shop", "--overwrite", "highwater.dev/rebuild=2"])
+        .await
+        .unwrap();
+    eventually("a RebuildRefused event", Duration::from_secs(30), || has_event(&w, "RebuildRefused")).await;
+    eventually("handledRebuild 2", Duration::from_secs(30), || async {
+        ec_get("{.status.handledRebuild}").await == "2"
+    })
+    .await;
+    assert_eq!(total().await, 5, "nothing changed");
     stop.cancel();
     d.await.unwrap().unwrap();
 }

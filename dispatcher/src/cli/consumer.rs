@@ -78,6 +78,26 @@ pub enum ConsumerCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Rebuild a read model: run `sink.sql.reset` and replay every event, in one transaction with
+    /// the cursor's rewind (refused when events it needs were pruned, unless it declares
+    /// `sink.sql.bootstrap`, which then refills it instead). Progress: `consumer status`.
+    Rebuild { name: String },
+    /// Run `sink.sql.bootstrap` now (one that failed at creation, or a refill from the tables).
+    Bootstrap { name: String },
+    /// Wait until the consumer has applied every event it selects of the transactions a token
+    /// covers (read-your-writes). Exit code 0: applied; 2: timed out; 1: refused (bad input).
+    Wait {
+        name: String,
+        /// The token of the write: `highwater.token()` (or the token `append_position` returned).
+        #[arg(long)]
+        after: String,
+        /// How long to wait (at most 5m; 0 looks once).
+        #[arg(long, default_value = "5s")]
+        timeout: String,
+        /// One instance of a PerInstance consumer (default: every instance).
+        #[arg(long)]
+        instance: Option<String>,
+    },
     /// Delete PerInstance shards whose heartbeat is older than --stale-after (never __shared__).
     Gc {
         /// Only this consumer's shards.
@@ -169,6 +189,25 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         }
         ConsumerCmd::Rewind { name, to, target } => {
             print_changes(&ops::rewind(pool, &name, target.get(), to).await?, target.output)?
+        }
+        ConsumerCmd::Rebuild { name } => println!("eventconsumer/{name}: {}", ops::rebuild(pool, &name).await?),
+        ConsumerCmd::Bootstrap { name } => {
+            println!("eventconsumer/{name}: {}", ops::Rebuilt::Bootstrapped(ops::bootstrap(pool, &name).await?))
+        }
+        ConsumerCmd::Wait { name, after, timeout, instance } => {
+            let token: crate::Token = after.parse()?;
+            let timeout = crate::wait::parse_timeout(&timeout)?;
+            match crate::wait_applied_on(pool, &name, instance.as_deref(), token, timeout).await? {
+                crate::Waited::Applied => println!("consumer {name} has applied token {token}"),
+                crate::Waited::TimedOut { pending } => {
+                    eprintln!(
+                        "timed out after {}: consumer {name} has not applied token {token} yet ({pending})",
+                        humantime::format_duration(timeout)
+                    );
+                    // Distinct from a refusal (1): scripts retry on 2.
+                    std::process::exit(2);
+                }
+            }
         }
         ConsumerCmd::Gc { name, stale_after, instance, include_managed } => {
             let o = ops::GcOptions { stale_after, consumer: name, instance, include_managed };

@@ -1,4 +1,5 @@
-//! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz` and the SSE streams.
+//! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz`, the SSE streams and the
+//! read-your-writes wait (`/v1/consumers/{name}/applied`).
 use std::{
     net::SocketAddr,
     sync::{
@@ -18,7 +19,7 @@ use axum::{
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, metrics::Metrics, sse};
+use crate::{Error, Result, metrics::Metrics, sse, wait_http};
 
 #[derive(Clone)]
 pub struct Health {
@@ -52,7 +53,12 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready_handler))
         .with_state(AppState { metrics, health })
-        .merge(Router::new().route("/v1/consumers/{name}/events", get(sse::stream_handler)).with_state(sse));
+        .merge(
+            Router::new()
+                .route("/v1/consumers/{name}/events", get(sse::stream_handler))
+                .route("/v1/consumers/{name}/applied", get(wait_http::applied_handler))
+                .with_state(sse),
+        );
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
         tracing::error!(error = %e, "HTTP server failed");
     }

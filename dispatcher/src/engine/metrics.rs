@@ -34,6 +34,13 @@ pub struct StatusLabels {
     pub status: String,
 }
 
+/// A consumer's sink: `kind` is the sink's kind (`kafka`, `nats`, `webhook`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    pub consumer: String,
+    pub sink: String,
+}
+
 type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -53,7 +60,11 @@ pub struct Metrics {
     pub attempts: Family<ShardLabels, Gauge>,
     pub fence_age: Gauge<f64, AtomicU64>,
     pub heartbeat_age: Family<ShardLabels, Gauge<f64, AtomicU64>>,
+    pub rebuild_done: Family<ShardLabels, Gauge>,
+    pub rebuild_total: Family<ShardLabels, Gauge>,
     pub ready: Gauge,
+    pub sink_errors: Family<SinkLabels, Counter>,
+    pub sink_publish: Family<SinkLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -76,7 +87,11 @@ impl Metrics {
             attempts: Family::default(),
             fence_age: Gauge::default(),
             heartbeat_age: Family::default(),
+            rebuild_done: Family::default(),
+            rebuild_total: Family::default(),
             ready: Gauge::default(),
+            sink_errors: Family::default(),
+            sink_publish: Family::new_with_constructor(latency_histogram),
             registry: Registry::default(),
         };
         registry.register(
@@ -118,9 +133,30 @@ impl Metrics {
             m.heartbeat_age.clone(),
         );
         registry.register(
+            "rebuild_events_done",
+            "Events a rebuild in progress has replayed (no series when no rebuild runs)",
+            m.rebuild_done.clone(),
+        );
+        registry.register(
+            "rebuild_events_total",
+            "Events a rebuild in progress replays: those that existed when it started",
+            m.rebuild_total.clone(),
+        );
+        registry.register(
             "ready",
             "1 when the dispatcher is ready (database reachable, shards registered)",
             m.ready.clone(),
+        );
+        registry.register(
+            "sink_errors",
+            "Failed deliveries of a batch (or its first failing event) by the consumer's sink",
+            m.sink_errors.clone(),
+        );
+        registry.register(
+            "sink_publish_seconds",
+            "Time from handing a batch to the sink to its acknowledgement (for kafka and nats: every \
+             record acknowledged by the brokers)",
+            m.sink_publish.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -142,6 +178,8 @@ impl Metrics {
         self.lag_events.remove(&l);
         self.lag_seconds.remove(&l);
         self.attempts.remove(&l);
+        self.rebuild_done.remove(&l);
+        self.rebuild_total.remove(&l);
         for s in Status::ALL {
             self.shard_status.remove(&StatusLabels {
                 consumer: consumer.to_owned(),

@@ -6,3 +6,5 @@ pub mod instance;
 pub mod metrics;
 pub mod sink;
 pub mod sse;
+pub mod wait;
+pub mod wait_http;

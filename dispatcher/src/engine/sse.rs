@@ -101,7 +101,7 @@ impl Tokens {
         self.0.is_empty()
     }
 
-    fn allows(&self, headers: &HeaderMap) -> bool {
+    pub(crate) fn allows(&self, headers: &HeaderMap) -> bool {
         let Some(given) =
             headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
         else {

@@ -194,12 +194,18 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         if d.spec.delivery == Delivery::Shared {
             registered |= shards::register(&mut tx, &d.name, SHARED_INSTANCE, None).await?;
         }
+        // A new read model with a bootstrap is filled from the application's tables before its
+        // first event: its shard stays disabled until the bootstrap ran (below, after commit).
+        if registered && d.spec.sink.sql.as_ref().is_some_and(|s| s.bootstrap.is_some()) {
+            crate::ops::mark_bootstrap_pending(&mut tx, &d.name).await?;
+        }
         let was_suspended = existing.as_ref().is_some_and(|e| e.2);
         if d.spec.suspend != was_suspended {
             let to = if d.spec.suspend { "disabled" } else { "idle" };
             sqlx::query(
                 "UPDATE highwater.consumer_shards SET status = $2, updated_at = now()
-                  WHERE consumer = $1 AND (($2 = 'disabled' AND status <> 'disabled') OR ($2 = 'idle' AND status = 'disabled'))",
+                  WHERE consumer = $1 AND (($2 = 'disabled' AND status <> 'disabled')
+                        OR ($2 = 'idle' AND status = 'disabled' AND NOT bootstrap_pending))",
             )
             .bind(&d.name)
             .bind(to)
@@ -213,6 +219,17 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         out.push((d.name.clone(), outcome));
     }
     tx.commit().await?;
+    // Bootstraps not run yet (just created, or failed before): each in its own snapshot.
+    let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+    let pending: Vec<String> = sqlx::query_scalar(
+        "SELECT consumer FROM highwater.consumer_shards WHERE consumer = ANY ($1) AND bootstrap_pending ORDER BY 1",
+    )
+    .bind(&names)
+    .fetch_all(pool)
+    .await?;
+    for name in pending {
+        crate::ops::bootstrap(pool, &name).await?;
+    }
     Ok(out)
 }
 
@@ -270,6 +287,15 @@ pub async fn load_group(pool: &PgPool, group: &str) -> Result<Vec<Definition>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The examples users copy parse and validate, the broker relays among them (what
+    /// `highwater consumer apply -f examples/` reads).
+    #[test]
+    fn the_examples_load() {
+        let defs = load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples"))).unwrap();
+        let kinds: Vec<&str> = defs.iter().map(|d| d.spec.sink_kind()).collect();
+        assert!(kinds.contains(&"kafka") && kinds.contains(&"nats"), "{kinds:?}");
+    }
 
     const GOOD: &str = r#"
 apiVersion: highwater.dev/v1alpha1

@@ -169,6 +169,19 @@ pub async fn drop_in(tx: &mut Transaction<'_, Postgres>, p: &Partition, cutoff: 
     if let Verdict::Keep(why) = check(tx, p, cutoff).await? {
         return Ok(Outcome::Kept(why));
     }
+    // What `highwater.pruned` records for a DELETE (its trigger does not fire for a DROP): a
+    // rebuild that would replay these event types from the log must know they are gone.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO highwater.pruned AS p (event_type, events, newest_id)
+         SELECT event_type, count(*), max(id) FROM highwater.{} GROUP BY event_type
+         ON CONFLICT (event_type) DO UPDATE
+            SET events = p.events + EXCLUDED.events,
+                newest_id = greatest(p.newest_id, EXCLUDED.newest_id),
+                last_pruned_at = now()",
+        quote_ident(&p.name)
+    )))
+    .execute(&mut **tx)
+    .await?;
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE highwater.{}", quote_ident(&p.name))))
         .execute(&mut **tx)
         .await?;

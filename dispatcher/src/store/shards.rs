@@ -76,6 +76,8 @@ pub struct Shard {
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Milliseconds until `next_attempt_at` by the database clock (negative when due).
     pub retry_in_ms: Option<i64>,
+    /// Events after the cursor that the read model's bootstrap already saw: never delivered.
+    pub skip: Vec<i64>,
 }
 
 /// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
@@ -136,7 +138,8 @@ pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str
 
 const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
-     (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms";
+     (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms, \
+     CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip";
 
 fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
@@ -149,6 +152,7 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
         failing_event_id: r.try_get("failing_event_id")?,
         next_attempt_at: r.try_get("next_attempt_at")?,
         retry_in_ms: r.try_get("retry_in_ms")?,
+        skip: r.try_get("skip")?,
     })
 }
 
@@ -313,7 +317,9 @@ pub async fn load_and_read(
                 SELECT {columns} FROM highwater.events_after(
                     sh.cursor_tx, sh.cursor_id, $3::text[],
                     CASE WHEN sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
-                         THEN $4::bigint ELSE 0 END) e) b ON true
+                         THEN $4::bigint ELSE 0 END,
+                    -- Seen by the read model's bootstrap: passed like events of other types.
+                    sh.skip) e) b ON true
           ORDER BY b.tx, b.id",
         s = fence_cte(),
         columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },

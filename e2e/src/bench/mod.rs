@@ -5,7 +5,7 @@
 //!
 //! One file per job: [`db`] the database and its settings, [`dispatcher`] the dispatcher
 //! processes, [`report`] the table, one file per scenario ([`drain`], [`latency`], [`append`],
-//! [`idle`], [`fleet`], [`operator`], [`memory`]) and per peer ([`bound`] under pgbench, [`watermill`],
+//! [`idle`], [`fleet`], [`operator`], [`memory`], [`wait`]) and per peer ([`bound`] under pgbench, [`watermill`],
 //! [`river`], both built by [`go_peers`]).
 pub mod append;
 pub mod bound;
@@ -22,6 +22,7 @@ pub mod report;
 pub mod river;
 pub mod sizes;
 pub mod storage;
+pub mod wait;
 pub mod watermill;
 
 pub use db::BenchDb;

@@ -30,6 +30,8 @@ pub struct Sizes {
     /// Scenario 6: pods deleted one at a time, EventConsumers applied at once.
     pub operator_deletions: usize,
     pub operator_consumers: usize,
+    /// Scenario 8: waiters pending beside the writers' own waits.
+    pub wait_waiters: usize,
 }
 
 impl Sizes {
@@ -53,6 +55,7 @@ impl Sizes {
             fleet_dispatchers: 3,
             operator_deletions: 100,
             operator_consumers: 1000,
+            wait_waiters: 1000,
         }
     }
 
@@ -76,6 +79,7 @@ impl Sizes {
             fleet_dispatchers: 2,
             operator_deletions: 5,
             operator_consumers: 20,
+            wait_waiters: 50,
         }
     }
 }

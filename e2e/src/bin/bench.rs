@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage,
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -52,7 +52,9 @@ enum Scenario {
     Operator,
     /// 7: dispatcher memory, idle and draining.
     Memory,
-    /// 8: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
+    /// 8: read-your-writes wait latency with many waiters, and the statements they cost.
+    Wait,
+    /// 9: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
     Storage,
     /// Every scenario above, in one run.
     All,
@@ -142,6 +144,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Operator | All) {
         operator::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Wait | All) {
+        wait::run(&bench, &sizes, &mut report).await?;
     }
     if s == Memory {
         memory::run(&bench, &sizes, &mut report).await?;

@@ -44,7 +44,7 @@ const RELEASE: &str = "highwater";
 const NAMESPACE: &str = "highwater-system";
 
 /// The alerts the chart promises (issue "Helm chart, alerts and Grafana lag dashboards").
-const REQUIRED_ALERTS: [&str; 10] = [
+const REQUIRED_ALERTS: [&str; 11] = [
     "HighwaterConsumerLagHigh",
     "HighwaterConsumerFallingBehind",
     "HighwaterConsumerStalled",
@@ -55,11 +55,14 @@ const REQUIRED_ALERTS: [&str; 10] = [
     "HighwaterDispatcherMetricsAbsent",
     "HighwaterOperatorDown",
     "HighwaterOperatorReconcileErrors",
+    "HighwaterBrokerSinkFailing",
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 18] = [
+const METRICS: [&str; 22] = [
     "highwater_consumer_lag_events",
+    "highwater_rebuild_events_done",
+    "highwater_rebuild_events_total",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
     "highwater_events_failed_total",
@@ -70,6 +73,8 @@ const METRICS: [&str; 18] = [
     "highwater_fence_age_seconds",
     "highwater_stale_shard_heartbeat_age_seconds",
     "highwater_ready",
+    "highwater_sink_errors_total",
+    "highwater_sink_publish_seconds",
     "highwater_operator_reconciles_total",
     "highwater_operator_reconcile_errors_total",
     "highwater_operator_reconcile_duration_seconds",

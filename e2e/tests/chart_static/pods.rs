@@ -131,6 +131,26 @@ fn dispatcher_pods_carry_their_group_label_and_the_pod_name_as_instance_id() {
             for e in seq(get(g, "env")) {
                 assert!(env.contains_key(str_at(e, "name")), "{at}: group env {} missing", str_at(e, "name"));
             }
+            // Broker sink credentials: each entry an env var from its Secret key, each Secret of
+            // `files` mounted read-only at /etc/highwater/sinks/<secretName>.
+            for e in seq(r.v("dispatchers.sinkSecrets.env")) {
+                let from = env.get(str_at(e, "name")).unwrap_or_else(|| panic!("{at}: sink secret env {e:?} missing"));
+                assert_eq!(str_at(from, "secretKeyRef.name"), str_at(e, "secretName"), "{at}: {e:?}");
+                assert_eq!(str_at(from, "secretKeyRef.key"), str_at(e, "secretKey"), "{at}: {e:?}");
+            }
+            for f in seq(r.v("dispatchers.sinkSecrets.files")) {
+                let secret = str_at(f, "secretName");
+                let volume = seq(get(pod, "spec.volumes"))
+                    .iter()
+                    .find(|v| str_at(v, "secret.secretName") == secret)
+                    .unwrap_or_else(|| panic!("{at}: no volume of Secret {secret}"));
+                let mount = seq(get(c, "volumeMounts"))
+                    .iter()
+                    .find(|m| str_at(m, "name") == str_at(volume, "name"))
+                    .unwrap_or_else(|| panic!("{at}: Secret {secret} is not mounted"));
+                assert_eq!(str_at(mount, "mountPath"), format!("/etc/highwater/sinks/{secret}"), "{at}");
+                assert_eq!(get(mount, "readOnly").as_bool(), Some(true), "{at}");
+            }
             let port = get(c, "ports.0");
             assert_eq!((str_at(port, "name"), get(port, "containerPort").as_u64()), ("http", Some(8080)), "{at}: port");
             assert_eq!(str_at(c, "livenessProbe.httpGet.path"), "/healthz", "{at}: liveness");

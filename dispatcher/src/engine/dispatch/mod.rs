@@ -343,6 +343,7 @@ async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::Shard
         }
         None => sink::build(&d.spec, &env.cfg.webhook_targets)?,
     };
+    let sink = sink::measured(sink, env.metrics.clone(), &d.name);
     Ok(pass::ShardCtx {
         pool: env.pool.clone(),
         consumer: d.name.clone(),

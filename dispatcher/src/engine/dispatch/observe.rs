@@ -45,6 +45,16 @@ async fn collect(pool: &PgPool, m: &Metrics, group: &str, instance: &str, known:
         m.lag_seconds.get_or_create(&l).set(r.lag_seconds.unwrap_or(0.0).max(0.0));
         m.attempts.get_or_create(&l).set(i64::from(r.attempts));
         m.set_status(&r.consumer, &r.instance_id, r.status);
+        match r.rebuild.as_ref().filter(|p| !p.complete) {
+            Some(p) => {
+                m.rebuild_done.get_or_create(&l).set(p.done);
+                m.rebuild_total.get_or_create(&l).set(p.total);
+            }
+            None => {
+                m.rebuild_done.remove(&l);
+                m.rebuild_total.remove(&l);
+            }
+        }
         // The counters start at 0 before the first delivery or failure: a series that first
         // appears at 1 shows no increase to rate() and increase(), and the failure would be lost
         // to the failure-ratio alert and panels.

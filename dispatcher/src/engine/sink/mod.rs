@@ -10,11 +10,20 @@ use sqlx::PgConnection;
 use crate::{Error, Event, Result};
 
 mod envelope;
+mod kafka;
 mod log;
+mod measured;
+mod nats;
+mod record;
+mod secret;
 mod sql;
+mod trace;
 mod webhook;
 
+pub use kafka::KafkaSink;
 pub use log::LogSink;
+pub use measured::measured;
+pub use nats::NatsSink;
 pub use sql::SqlSink;
 pub use webhook::{TargetPolicy, WebhookSink};
 
@@ -87,6 +96,12 @@ pub fn build(spec: &ConsumerSpec, webhook_targets: &Arc<TargetPolicy>) -> Result
     }
     if let Some(s) = &spec.sink.webhook {
         return Ok(Arc::new(WebhookSink::new(s, webhook_targets)?));
+    }
+    if let Some(s) = &spec.sink.kafka {
+        return Ok(Arc::new(KafkaSink::new(s)?));
+    }
+    if let Some(s) = &spec.sink.nats {
+        return Ok(Arc::new(NatsSink::new(s)?));
     }
     Err(Error::refused("the consumer declares no sink"))
 }

@@ -1,6 +1,7 @@
 //! What operators look at and do: status and lag, shard transitions, retention.
 mod dead_letters;
 mod gc;
+mod rebuild;
 mod rewind;
 mod scope;
 mod status;
@@ -9,6 +10,7 @@ mod transitions;
 
 pub use dead_letters::{DeadLetter, dead_letters, render_dead_letters};
 pub use gc::{Collected, GcOptions, GcReport, MIN_STALE_AFTER, gc};
+pub use rebuild::{Bootstrapped, Rebuilt, bootstrap, mark_bootstrap_pending, rebuild};
 pub use rewind::{RewindTo, rewind};
-pub use status::{Filter, ShardStatus, render_table, status, status_where};
+pub use status::{Filter, RebuildProgress, ShardStatus, render_table, status, status_where};
 pub use transitions::{Action, Transition, disable, enable, restart, skip};

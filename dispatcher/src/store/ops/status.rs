@@ -28,6 +28,63 @@ pub struct ShardStatus {
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub heartbeat_at: Option<DateTime<Utc>>,
     pub delivered_count: i64,
+    /// The shard waits for its bootstrap (`spec.sink.sql.bootstrap`) and is disabled until then.
+    pub bootstrap_pending: bool,
+    /// A rebuild in progress or finished: events replayed of `rebuild_total`.
+    #[serde(skip)]
+    pub rebuild_done: Option<i64>,
+    #[serde(skip)]
+    pub rebuild_total: Option<i64>,
+    /// Seconds since the rebuild started.
+    #[serde(skip)]
+    pub rebuild_seconds: Option<f64>,
+    /// The cursor passed the head the rebuild started at.
+    #[serde(skip)]
+    pub rebuild_complete: Option<bool>,
+    /// The same, as done / total, rate and ETA.
+    #[sqlx(skip)]
+    pub rebuild: Option<RebuildProgress>,
+}
+
+/// How far a rebuild is: `consumer status`, the operator's status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RebuildProgress {
+    pub done: i64,
+    pub total: i64,
+    /// Events per second since the rebuild started.
+    pub rate: f64,
+    /// Seconds left at that rate; `None` before the first event, 0 once complete.
+    pub eta_seconds: Option<f64>,
+    pub complete: bool,
+}
+
+impl RebuildProgress {
+    pub fn new(done: i64, total: i64, seconds: f64, complete: bool) -> Self {
+        let done = if complete { total } else { done.clamp(0, total) };
+        let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
+        let eta_seconds = if complete {
+            Some(0.0)
+        } else if rate > 0.0 {
+            Some((total - done) as f64 / rate)
+        } else {
+            None
+        };
+        RebuildProgress { done, total, rate, eta_seconds, complete }
+    }
+}
+
+impl std::fmt::Display for RebuildProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.complete {
+            return write!(f, "{}/{} events, complete", self.done, self.total);
+        }
+        let pct = if self.total > 0 { self.done as f64 * 100.0 / self.total as f64 } else { 100.0 };
+        write!(f, "{}/{} events ({pct:.0}%), {:.0} events/s", self.done, self.total, self.rate)?;
+        match self.eta_seconds {
+            Some(eta) => write!(f, ", ETA {:.0}s", eta.ceil()),
+            None => f.write_str(", ETA unknown"),
+        }
+    }
 }
 
 /// Which shards to report.
@@ -46,13 +103,19 @@ pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardSt
 pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatus>> {
     let (group, instance) = f.dispatcher.unzip();
     // `tx_id >= cursor_tx` is the index condition; the row comparison then refines it.
-    Ok(sqlx::query_as(
+    let mut rows: Vec<ShardStatus> = sqlx::query_as(
         "SELECT s.consumer, s.instance_id, c.delivery, c.consumer_group AS \"group\", s.status,
                 s.cursor_id AS cursor_event_id, s.cursor_tx,
                 l.lag AS lag_events,
                 extract(epoch FROM now() - l.oldest)::float8 AS lag_seconds,
                 s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,
-                s.delivered_count
+                s.delivered_count, s.bootstrap_pending,
+                s.delivered_count - s.rebuild_base AS rebuild_done, s.rebuild_total,
+                extract(epoch FROM clock_timestamp() - s.rebuild_started_at)::float8 AS rebuild_seconds,
+                CASE WHEN s.rebuild_started_at IS NOT NULL
+                     THEN s.rebuild_target_tx IS NULL
+                          OR (s.cursor_tx, s.cursor_id) >= (s.rebuild_target_tx, s.rebuild_target_id) END
+                     AS rebuild_complete
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer
            LEFT JOIN LATERAL (
@@ -69,7 +132,13 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
     .bind(instance)
     .bind(highwater_crds::SHARED_INSTANCE)
     .fetch_all(pool)
-    .await?)
+    .await?;
+    for r in &mut rows {
+        if let (Some(done), Some(total), Some(secs)) = (r.rebuild_done, r.rebuild_total, r.rebuild_seconds) {
+            r.rebuild = Some(RebuildProgress::new(done, total, secs, r.rebuild_complete.unwrap_or(false)));
+        }
+    }
+    Ok(rows)
 }
 
 /// A fixed-width table of shard statuses.
@@ -92,6 +161,17 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
             r.attempts,
             err
         ));
+    }
+    for r in rows {
+        if r.bootstrap_pending {
+            out.push_str(&format!(
+                "{}/{}: bootstrap pending (disabled until `highwater consumer bootstrap {}` succeeds)\n",
+                r.consumer, r.instance_id, r.consumer
+            ));
+        }
+        if let Some(p) = &r.rebuild {
+            out.push_str(&format!("{}/{}: rebuild {p}\n", r.consumer, r.instance_id));
+        }
     }
     out
 }

@@ -269,7 +269,7 @@ pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
 pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "enable",
-        applies: "s.status = 'disabled'",
+        applies: "s.status = 'disabled' AND NOT s.bootstrap_pending",
         set: "status = 'idle'",
         join_event: false,
         park: false,

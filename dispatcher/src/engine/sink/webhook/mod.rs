@@ -15,12 +15,11 @@ use reqwest::{
     redirect,
 };
 
-use super::{DeliveryContext, Sink, SinkError, envelope::Envelope, idempotency_key};
+use super::{DeliveryContext, Sink, SinkError, envelope::Envelope, idempotency_key, trace};
 use crate::{Error, Event, Result};
 
 mod signature;
 mod targets;
-mod trace;
 
 use signature::SigningKey;
 pub use targets::TargetPolicy;

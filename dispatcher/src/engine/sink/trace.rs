@@ -1,11 +1,12 @@
-//! The W3C Trace Context `traceparent` of a webhook request, derived from the event so that every
-//! redelivery of the same event lands in the same trace, with no tracing state to keep.
+//! The W3C Trace Context `traceparent` of an external delivery (webhook request, Kafka record,
+//! NATS message), derived from the event so that every redelivery of the same event lands in the
+//! same trace, with no tracing state to keep.
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 /// `00-{trace-id}-{span-id}-01`. The trace id is the correlation id when it is a UUID (the
 /// default that `highwater.append` fills in), else the first 16 bytes of its SHA-256; the span id
-/// is the first 8 bytes of the SHA-256 of the `webhook-id`. `None` without a correlation id.
+/// is the first 8 bytes of the SHA-256 of the idempotency key (the `webhook-id`). `None` without a correlation id.
 pub fn traceparent(correlation_id: Option<&str>, webhook_id: &str) -> Option<String> {
     let cid = correlation_id.filter(|c| !c.is_empty())?;
     let trace_id = match Uuid::parse_str(cid) {
