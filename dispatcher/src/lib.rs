@@ -42,5 +42,7 @@ pub use engine::{dispatch, http, instance, metrics, sink, sse, wait, wait_http};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
-pub use store::{applied, db, definitions, event_types, events, kubernetes, notify, ops, position, retention, shards};
+pub use store::{
+    applied, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention, shards,
+};
 pub use wait::{Waited, wait_applied, wait_applied_on};

@@ -2,7 +2,7 @@
 use clap::Subcommand;
 
 use super::json_arg;
-use crate::{NewEvent, Result, retention};
+use crate::{NewEvent, Result, partitions, retention};
 
 #[derive(Subcommand, Debug)]
 pub enum EventsCmd {
@@ -45,6 +45,22 @@ pub enum EventsCmd {
         #[arg(long)]
         dry_run: bool,
     },
+    /// List the partitions of highwater.events (ranges of transaction ids); with --create, first
+    /// create the ones missing ahead of the next transaction id (dispatchers do this every minute).
+    Partitions {
+        #[arg(long)]
+        create: bool,
+    },
+    /// Drop whole partitions, oldest first, whose events are all older than DAYS and processed by
+    /// every non-disabled shard; refused (naming the shards) otherwise. Every stream type.
+    DropPartitions {
+        /// Drop partitions whose newest event was created more than this many days ago.
+        #[arg(long, value_name = "DAYS")]
+        older_than: u32,
+        /// Show what would be dropped (and whether it is blocked); drop nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
@@ -72,6 +88,18 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
                 dry_run,
             };
             println!("{}", retention::prune(pool, &o).await?);
+        }
+        EventsCmd::Partitions { create } => {
+            if create {
+                println!("created {} partition(s)", partitions::create_ahead(pool).await?);
+            }
+            for p in partitions::list(pool).await? {
+                println!("{}\ttransaction ids {}..{}", p.name, p.lo, p.hi);
+            }
+        }
+        EventsCmd::DropPartitions { older_than, dry_run } => {
+            let o = partitions::DropOptions { older_than_days: older_than, dry_run };
+            println!("{}", partitions::drop_old(pool, &o).await?);
         }
     }
     Ok(())

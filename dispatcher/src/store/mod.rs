@@ -8,6 +8,7 @@ pub mod events;
 pub mod kubernetes;
 pub mod notify;
 pub mod ops;
+pub mod partitions;
 pub mod position;
 pub mod retention;
 pub mod shards;

@@ -253,7 +253,8 @@ pub async fn blockers(conn: &mut PgConnection, upto: Position) -> Result<Vec<Blo
         .collect()
 }
 
-fn refusal(blockers: &[Blocker], upto: Position) -> Error {
+/// The refusal naming the shards that have not processed every event up to `upto`.
+pub fn refusal(blockers: &[Blocker], upto: Position) -> Error {
     let mut msg = format!(
         "refusing to prune: {} shard(s) have not processed every event it would delete (up to position {upto}, \
          event {}):",

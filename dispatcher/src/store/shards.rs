@@ -261,12 +261,21 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
            LEFT JOIN LATERAL (
                 SELECT {EVENT_COLUMNS} FROM highwater.events e
                  WHERE (e.tx_id, e.id) > ($1, $2)
-                   AND e.tx_id < s.fence
+                   -- events is partitioned by tx_id (docs/operations.md). The plain lower bound
+                   -- (implied by the row comparison) lets PostgreSQL skip the partitions behind
+                   -- the cursor; the fence is the same expression as s.fence (one statement, one
+                   -- snapshot), written out because a bound taken from the outer row makes the
+                   -- plan parameterised, and PostgreSQL then sorts every row after the cursor
+                   -- instead of reading the partitions in order (58 ms instead of 0.6 ms per
+                   -- batch of 1,000 over 30 partitions).
+                   AND e.tx_id >= $1
+                   AND e.tx_id < {fence}
                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
                  ORDER BY e.tx_id, e.id
                  LIMIT $4) b ON true
           ORDER BY b.tx, b.id",
-        s = fence_cte()
+        s = fence_cte(),
+        fence = fence!()
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
@@ -300,16 +309,17 @@ pub async fn load_and_read(
            FROM s
            CROSS JOIN sh
            {HEAD_LATERAL}
+           -- highwater.events_after (migration 20261201000020) rather than the read inline:
+           -- with the cursor a lateral reference, PostgreSQL cannot read the partitions of
+           -- highwater.events in order and sorts every row after the cursor. Same fence: the
+           -- function is STABLE, it runs in this statement's snapshot.
            LEFT JOIN LATERAL (
-                SELECT {columns} FROM highwater.events e
-                 WHERE sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
-                   AND (e.tx_id, e.id) > (sh.cursor_tx, sh.cursor_id)
-                   AND e.tx_id < s.fence
-                   AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
-                   -- Seen by the read model's bootstrap: passed like events of other types.
-                   AND NOT (e.id = ANY (sh.skip))
-                 ORDER BY e.tx_id, e.id
-                 LIMIT $4) b ON true
+                SELECT {columns} FROM highwater.events_after(
+                    sh.cursor_tx, sh.cursor_id, $3::text[],
+                    CASE WHEN sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
+                         THEN $4::bigint ELSE 0 END,
+                    -- Seen by the read model's bootstrap: passed like events of other types.
+                    sh.skip) e) b ON true
           ORDER BY b.tx, b.id",
         s = fence_cte(),
         columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },

@@ -21,6 +21,7 @@ pub mod operator;
 pub mod report;
 pub mod river;
 pub mod sizes;
+pub mod storage;
 pub mod wait;
 pub mod watermill;
 

@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, wait,
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -54,6 +54,8 @@ enum Scenario {
     Memory,
     /// 8: read-your-writes wait latency with many waiters, and the statements they cost.
     Wait,
+    /// 9: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
+    Storage,
     /// Every scenario above, in one run.
     All,
 }
@@ -148,6 +150,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if s == Memory {
         memory::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Storage | All) {
+        storage::run(&bench, &sizes, &mut report).await?;
     }
     report.header.push(("wall time".into(), format!("{:.0} s", started.elapsed().as_secs_f64())));
     Ok(report)

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
 
 mod observe;
+mod partitions;
 pub mod pass;
 mod wakeup;
 mod worker;
@@ -151,6 +152,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         cfg.idle_poll_interval,
         bg.clone(),
     ));
+    tokio::spawn(partitions::run(pool.clone(), bg.clone()));
     tokio::spawn(observe::run(
         pool.clone(),
         env.metrics.clone(),
