@@ -288,7 +288,7 @@ async fn rebuild_progress_shows_in_status_and_metrics() {
                 Ok(r) => r.text().await.unwrap_or_default(),
                 Err(_) => String::new(),
             };
-            text.contains("highwater_rebuild_events_total{consumer=\"slow\",instance_id=\"__shared__\"} 120")
+            text.contains("highwater_rebuild_events_expected{consumer=\"slow\",instance_id=\"__shared__\"} 120")
                 && text.contains("highwater_rebuild_events_done{")
         }
     })

@@ -138,7 +138,7 @@ impl Metrics {
             m.rebuild_done.clone(),
         );
         registry.register(
-            "rebuild_events_total",
+            "rebuild_events_expected",
             "Events a rebuild in progress replays: those that existed when it started",
             m.rebuild_total.clone(),
         );

@@ -62,7 +62,7 @@ const REQUIRED_ALERTS: [&str; 11] = [
 const METRICS: [&str; 22] = [
     "highwater_consumer_lag_events",
     "highwater_rebuild_events_done",
-    "highwater_rebuild_events_total",
+    "highwater_rebuild_events_expected",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
     "highwater_events_failed_total",
