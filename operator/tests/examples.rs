@@ -1,5 +1,5 @@
 //! `kubectl apply` of the examples: a shared SQL projection, a per-instance SSE stream, a
-//! webhook and the log consumers become rows and shards, and `kubectl get ec` shows their
+//! webhook, the Kafka and NATS relays and the log consumers become rows and shards, and `kubectl get ec` shows their
 //! delivery, status and lag.
 mod common;
 
@@ -36,6 +36,8 @@ async fn kubectl_apply_of_the_examples() {
                 ("live-orders".to_owned(), 2),
                 ("order-audit-log".to_owned(), 1),
                 ("order-projection".to_owned(), 1),
+                ("order-relay-kafka".to_owned(), 1),
+                ("order-relay-nats".to_owned(), 1),
                 ("order-webhook".to_owned(), 1),
             ]
         }
@@ -53,7 +55,7 @@ async fn kubectl_apply_of_the_examples() {
     let table = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap();
     println!("{table}");
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, vec!["NAME", "DELIVERY", "STATUS", "LAG", "AGE"]);
+    assert_eq!(header, vec!["NAME", "DELIVERY", "STATUS", "LAG", "REBUILD", "AGE"]);
     for (name, delivery) in
         [("live-orders", "PerInstance"), ("order-projection", "Shared"), ("order-webhook", "Shared")]
     {
