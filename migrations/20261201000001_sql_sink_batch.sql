@@ -156,8 +156,9 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
         ELSE
             FOREACH r IN ARRAY coalesce(v_batch, '{}') LOOP
                 v_cur := v_cur + 1;
-                PERFORM set_config('highwater.batch_lo', r.tx_id::text, true),
-                        set_config('highwater.batch_hi', r.tx_id::text, true),
+                -- The batch's range, narrowed to this one event by its id.
+                PERFORM set_config('highwater.batch_lo', p_lo::text, true),
+                        set_config('highwater.batch_hi', p_hi::text, true),
                         set_config('highwater.batch_ids', ARRAY[r.id]::text, true),
                         set_config('role', coalesce(p_role, 'none'), true);
                 PERFORM pg_temp.%I();
