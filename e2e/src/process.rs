@@ -85,6 +85,11 @@ impl Process {
         &self.name
     }
 
+    /// The process id while it runs (for /proc figures).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log_path(&self) -> &Path {
         &self.log
     }

@@ -89,3 +89,37 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     assert!(p50 > 0.0 && p50 <= figure("8 read-your-writes wait", "highwater", "commit-to-wait-return max"));
     assert!(figure("8 read-your-writes wait", "highwater", "wait statements/s") > 0.0);
 }
+
+/// Scenario 10 (not part of `all`: it starts its own Kafka broker and the Debezium JVM) with its
+/// Debezium peer: every relay's figures are printed, the backlog reached Kafka through both, and
+/// the comparison row is there. Needs Java 17 with javac and Maven (`.ci/run` installs them); the
+/// Debezium jars are resolved into the e2e cache on first use.
+#[test]
+fn relay_scenario_with_the_debezium_peer_at_tiny_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("table.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["relay", "--size", "tiny", "--peers", "debezium", "--markdown"])
+        .arg(&table)
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench relay --size tiny failed:\n{stderr}");
+    let md = std::fs::read_to_string(&table).unwrap();
+    let rows = rows(&md);
+    let figure = |subject: &str, metric: &str| -> f64 {
+        let r = rows
+            .iter()
+            .find(|r| r[0] == "10 relay to Kafka" && r[1].starts_with(subject) && r[2].starts_with(metric))
+            .unwrap_or_else(|| panic!("no row {subject} / {metric} in:\n{md}"));
+        number(&r[3])
+    };
+    for subject in ["highwater", "Debezium"] {
+        assert!(figure(subject, "events/s to Kafka, backlog") > 0.0, "{subject}:\n{md}");
+        assert!(figure(subject, "CPU seconds, backlog") > 0.0, "{subject}:\n{md}");
+        assert!(figure(subject, "peak RSS, backlog") > 1.0, "{subject}:\n{md}");
+        let p50 = figure(subject, "commit-to-Kafka p50");
+        assert!(p50 <= figure(subject, "commit-to-Kafka max"), "{subject}:\n{md}");
+    }
+    assert!(figure("highwater ÷ Debezium", "events/s to Kafka") > 0.0, "{md}");
+}

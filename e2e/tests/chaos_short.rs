@@ -26,6 +26,7 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
         net_fault_every: Duration::from_secs(7),
         net_fault_for: Duration::from_secs(2),
         hold_transaction: Duration::from_secs(8),
+        no_kafka: false,
         drain_timeout: Duration::from_secs(120),
         xid_boundary: 100_000,
         xid_lead: 20_000,

@@ -30,6 +30,12 @@ impl BenchDb {
     /// cluster is thrown away), so the figures measure CPU and protocol work rather than this
     /// machine's disk; every peer runs under the same settings.
     pub async fn start() -> Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`start`](Self::start) with more settings, e.g. `wal_level=logical` for a peer that reads
+    /// the WAL (the relay scenario's Debezium).
+    pub async fn start_with(extra: &[(&str, &str)]) -> Result<Self> {
         let mut options = EmbeddedOptions::default();
         options.settings.retain(|(k, _)| k != "max_connections");
         options.settings.extend(
@@ -42,6 +48,7 @@ impl BenchDb {
             ]
             .map(|(k, v)| (k.to_owned(), v.to_owned())),
         );
+        options.settings.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         let pg = EmbeddedPostgres::start(options).await.context("starting the benchmark's PostgreSQL")?;
         Ok(BenchDb { pg })
     }

@@ -86,24 +86,12 @@ impl DispatcherProc {
 
     /// Resident set size in bytes (VmRSS).
     pub fn rss(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .context("VmRSS missing from /proc/PID/status")?;
-        Ok(kb * 1024)
+        rss(self.pid())
     }
 
     /// User plus system CPU time used so far.
     pub fn cpu(&self) -> Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // Fields after the command name (which may hold spaces) start at state, field 3.
-        let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-        Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
+        cpu(self.pid())
     }
 
     /// Events this process delivered, from its `/metrics`, per consumer.
@@ -123,6 +111,28 @@ impl Drop for DispatcherProc {
     fn drop(&mut self) {
         highwater::embedded::stop_child(&mut self.child, Signal::SIGTERM, Duration::from_secs(3));
     }
+}
+
+/// Resident set size of process `pid` in bytes (VmRSS).
+pub fn rss(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("VmRSS missing from /proc/PID/status")?;
+    Ok(kb * 1024)
+}
+
+/// User plus system CPU time process `pid` used so far (all its threads).
+pub fn cpu(pid: u32) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
 }
 
 fn clock_ticks() -> u64 {

@@ -6,10 +6,11 @@
 //! One file per job: [`db`] the database and its settings, [`dispatcher`] the dispatcher
 //! processes, [`report`] the table, one file per scenario ([`drain`], [`latency`], [`append`],
 //! [`idle`], [`fleet`], [`operator`], [`memory`], [`wait`]) and per peer ([`bound`] under pgbench, [`watermill`],
-//! [`river`], both built by [`go_peers`]).
+//! [`river`], both built by [`go_peers`]; [`debezium`] in the [`relay`] scenario).
 pub mod append;
 pub mod bound;
 pub mod db;
+pub mod debezium;
 pub mod dispatcher;
 pub mod drain;
 pub mod fleet;
@@ -18,6 +19,7 @@ pub mod idle;
 pub mod latency;
 pub mod memory;
 pub mod operator;
+pub mod relay;
 pub mod report;
 pub mod river;
 pub mod sizes;

@@ -32,6 +32,9 @@ pub struct Sizes {
     pub operator_consumers: usize,
     /// Scenario 8: waiters pending beside the writers' own waits.
     pub wait_waiters: usize,
+    /// Scenario 10: the backlog each relay publishes to Kafka (its latency run uses the
+    /// latency rate, writers and duration).
+    pub relay_events: i64,
 }
 
 impl Sizes {
@@ -56,6 +59,7 @@ impl Sizes {
             operator_deletions: 100,
             operator_consumers: 1000,
             wait_waiters: 1000,
+            relay_events: 1_000_000,
         }
     }
 
@@ -80,6 +84,7 @@ impl Sizes {
             operator_deletions: 5,
             operator_consumers: 20,
             wait_waiters: 50,
+            relay_events: 3_000,
         }
     }
 }
@@ -90,11 +95,13 @@ pub struct Peers {
     pub bound: bool,
     pub watermill: bool,
     pub river: bool,
+    /// Debezium's embedded engine in the relay scenario (Java, Maven).
+    pub debezium: bool,
 }
 
 impl Peers {
     pub fn all() -> Self {
-        Peers { bound: true, watermill: true, river: true }
+        Peers { bound: true, watermill: true, river: true, debezium: true }
     }
 
     pub fn go(&self) -> bool {

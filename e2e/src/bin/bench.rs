@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage, wait,
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, relay, storage, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -28,7 +28,7 @@ struct Args {
     /// Events per consumer in the fleet scenario, overriding --size.
     #[arg(long)]
     fleet_events: Option<i64>,
-    /// Peers to run beside highwater: any of bound, watermill, river; or all, or none.
+    /// Peers to run beside highwater: any of bound, watermill, river, debezium; or all, or none.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     peers: Vec<String>,
     /// Also write the table (with the settings) to this file.
@@ -56,7 +56,10 @@ enum Scenario {
     Wait,
     /// 9: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
     Storage,
-    /// Every scenario above, in one run.
+    /// 10: relay to Kafka beside Debezium's outbox EventRouter (own Kafka broker, wal_level=logical;
+    /// not part of `all`).
+    Relay,
+    /// Every scenario above but relay, in one run.
     All,
 }
 
@@ -75,7 +78,8 @@ fn peers(list: &[String]) -> Result<Peers> {
             "bound" => p.bound = true,
             "watermill" => p.watermill = true,
             "river" => p.river = true,
-            other => bail!("unknown peer {other:?}: expected bound, watermill, river, all or none"),
+            "debezium" => p.debezium = true,
+            other => bail!("unknown peer {other:?}: expected bound, watermill, river, debezium, all or none"),
         }
     }
     Ok(p)
@@ -110,11 +114,15 @@ async fn run(args: Args) -> Result<Report> {
         sizes.fleet_events = n;
     }
     let peers = peers(&args.peers)?;
-    if peers.go() {
+    if peers.go() && args.scenario != Scenario::Relay {
         // Built (or found in the cache) before the clock of any scenario starts.
         highwater_e2e::bench::go_peers::dir()?;
     }
-    let bench = BenchDb::start().await?;
+    let bench = if args.scenario == Scenario::Relay {
+        BenchDb::start_with(&relay::SETTINGS).await?
+    } else {
+        BenchDb::start().await?
+    };
     let mut report = Report::default();
     report.header.push(("command".into(), std::env::args().skip(1).collect::<Vec<_>>().join(" ")));
     report.header.push(("machine".into(), machine()));
@@ -153,6 +161,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Storage | All) {
         storage::run(&bench, &sizes, &mut report).await?;
+    }
+    if s == Relay {
+        relay::run(&bench, &sizes, peers, &mut report).await?;
     }
     report.header.push(("wall time".into(), format!("{:.0} s", started.elapsed().as_secs_f64())));
     Ok(report)

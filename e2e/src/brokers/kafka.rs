@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use highwater::embedded::free_port;
 use tempfile::TempDir;
 
@@ -232,36 +232,8 @@ fn spawn(libs: &Path, dir: &Path, n: u32) -> Result<Process> {
     Process::spawn("kafka", c, &dir.join(format!("kafka-{n}.log")))
 }
 
-/// The broker's jars in the e2e cache, resolved with Maven on first use. The cache entry is the
-/// pom's copy next to the jars: a changed pom resolves again.
+/// The broker's jars in the e2e cache, resolved with Maven on first use.
 pub async fn jars() -> Result<PathBuf> {
-    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one_at_a_time = LOCK.lock().await;
-    let pom_src = Path::new(env!("CARGO_MANIFEST_DIR")).join("brokers/kafka/pom.xml");
-    let pom = std::fs::read_to_string(&pom_src).with_context(|| format!("reading {}", pom_src.display()))?;
-    let dir = crate::cache_dir()?.join(format!("kafka-{VERSION}"));
-    let libs = dir.join("libs");
-    if std::fs::read_to_string(dir.join("pom.xml")).is_ok_and(|p| p == pom) && libs.is_dir() {
-        return Ok(libs);
-    }
-    // Resolve into a fresh directory and rename it into place: another test binary resolving at
-    // the same time never sees half a set of jars.
-    std::fs::create_dir_all(&dir)?;
-    let staging = tempfile::Builder::new().prefix("libs-").tempdir_in(&dir)?;
-    let mut mvn = Command::new("mvn");
-    mvn.args(["-q", "-B", "-f"])
-        .arg(&pom_src)
-        .arg("dependency:copy-dependencies")
-        .arg(format!("-DoutputDirectory={}", staging.path().display()))
-        .arg("-DincludeScope=runtime");
-    let out = tokio::task::spawn_blocking(move || mvn.output())
-        .await?
-        .context("running mvn to fetch the Kafka jars (install Maven: apt-get install maven)")?;
-    if !out.status.success() {
-        bail!("mvn dependency:copy-dependencies failed:\n{}", String::from_utf8_lossy(&out.stdout));
-    }
-    let _ = std::fs::remove_dir_all(&libs);
-    std::fs::rename(staging.keep(), &libs)?;
-    std::fs::write(dir.join("pom.xml"), pom)?;
-    Ok(libs)
+    super::maven_jars(&Path::new(env!("CARGO_MANIFEST_DIR")).join("brokers/kafka/pom.xml"), &format!("kafka-{VERSION}"))
+        .await
 }

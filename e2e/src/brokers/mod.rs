@@ -5,9 +5,12 @@
 pub mod kafka;
 pub mod nats;
 
-use std::path::Path;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 
 /// Waits until `log` has a line containing `needle`, while `process` runs.
 async fn wait_for_line(
@@ -25,4 +28,42 @@ async fn wait_for_line(
         })
         .await
         .map_err(|e| anyhow!("{e:#}"))
+}
+
+/// The runtime jars of the Maven project `pom_src` (a pom that names dependencies and builds
+/// nothing), resolved with `mvn dependency:copy-dependencies` into `<e2e cache>/<name>/libs` on
+/// first use. The cache entry is the pom's copy next to the jars: a changed pom resolves again.
+pub async fn maven_jars(pom_src: &Path, name: &str) -> Result<PathBuf> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = LOCK.lock().await;
+    let pom = std::fs::read_to_string(pom_src).with_context(|| format!("reading {}", pom_src.display()))?;
+    let dir = crate::cache_dir()?.join(name);
+    let libs = dir.join("libs");
+    if std::fs::read_to_string(dir.join("pom.xml")).is_ok_and(|p| p == pom) && libs.is_dir() {
+        return Ok(libs);
+    }
+    // Resolve into a fresh directory and rename it into place: another test binary resolving at
+    // the same time never sees half a set of jars.
+    std::fs::create_dir_all(&dir)?;
+    let staging = tempfile::Builder::new().prefix("libs-").tempdir_in(&dir)?;
+    let mut mvn = Command::new("mvn");
+    mvn.args(["-q", "-B", "-f"])
+        .arg(pom_src)
+        .arg("dependency:copy-dependencies")
+        .arg(format!("-DoutputDirectory={}", staging.path().display()))
+        .arg("-DincludeScope=runtime");
+    let out = tokio::task::spawn_blocking(move || mvn.output())
+        .await?
+        .with_context(|| format!("running mvn to fetch the jars of {name} (install Maven: apt-get install maven)"))?;
+    if !out.status.success() {
+        bail!(
+            "mvn dependency:copy-dependencies -f {} failed:\n{}",
+            pom_src.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&libs);
+    std::fs::rename(staging.keep(), &libs)?;
+    std::fs::write(dir.join("pom.xml"), pom)?;
+    Ok(libs)
 }

@@ -32,7 +32,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    fn compare(consumer: &str, committed: &BTreeSet<i64>, received: &[i64]) -> Delivery {
+    pub(crate) fn compare(consumer: &str, committed: &BTreeSet<i64>, received: &[i64]) -> Delivery {
         let mut seen = BTreeSet::new();
         let mut d = Delivery { consumer: consumer.to_owned(), ..Default::default() };
         for id in received {

@@ -6,8 +6,9 @@
 //!
 //! Consumers: `chaos-sql`, a shared SQL sink (exactly once: no loss, no duplicate), `chaos-log`, a
 //! shared log sink to a file (at least once: no loss, duplicates bounded by one batch per
-//! interruption), and `chaos-pi`, a PerInstance SQL sink (each process from its start: no gap, no
-//! duplicate). Operator commands run meanwhile on their own clocks (`ops`), each on a consumer of
+//! interruption), `chaos-kafka`, a shared kafka sink to a real broker whose topic an auditor reads
+//! back ([`kafka`]; the same at-least-once promise), and `chaos-pi`, a PerInstance SQL sink (each
+//! process from its start: no gap, no duplicate). Operator commands run meanwhile on their own clocks (`ops`), each on a consumer of
 //! its own: `chaos-rw` is rewound, `chaos-poison` stops on poison events that are skipped,
 //! `chaos-toggle` is disabled and enabled, `chaos-dead`'s sink breaks until it is dead and it is
 //! restarted; `events prune` keeps deleting what every shard has passed, and `consumer gc`
@@ -17,6 +18,7 @@ pub mod audit;
 pub mod boundary;
 pub mod faults;
 pub mod fleet;
+pub mod kafka;
 pub mod load;
 pub mod ops;
 
@@ -70,6 +72,9 @@ pub struct Config {
     /// fence stays behind it meanwhile. 0 for none.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub hold_transaction: Duration,
+    /// Leave out `chaos-kafka` (its broker needs Java 17 and Maven).
+    #[arg(long)]
+    pub no_kafka: bool,
     /// How long the consumers get to catch up once the faults stop.
     #[arg(long, default_value = "180s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
@@ -151,6 +156,8 @@ pub struct Report {
     pub long_transaction: Option<(Duration, bool)>,
     pub sql: Delivery,
     pub log: Delivery,
+    /// `chaos-kafka`, read back from the topic (none with `--no-kafka`).
+    pub kafka: Option<Delivery>,
     pub per_instance: Delivery,
     pub poison: Delivery,
     pub dead: Delivery,
@@ -181,7 +188,10 @@ impl Report {
     /// Every broken promise; empty when the run passed.
     pub fn violations(&self) -> Vec<String> {
         let mut v = Vec::new();
-        for d in [&self.sql, &self.log, &self.per_instance, &self.poison, &self.dead, &self.toggle] {
+        for d in [&self.sql, &self.log, &self.per_instance, &self.poison, &self.dead, &self.toggle]
+            .into_iter()
+            .chain(self.kafka.as_ref())
+        {
             if d.unexpected > 0 {
                 v.push(format!("{}: {} deliveries of events it must not get (skipped)", d.consumer, d.unexpected));
             }
@@ -200,13 +210,15 @@ impl Report {
                 v.push(format!("{}: {} events applied twice by an exactly-once sink", d.consumer, d.duplicates));
             }
         }
-        if self.log.duplicates as u64 > self.duplicate_bound() {
-            v.push(format!(
-                "{}: {} redeliveries, more than the bound {} (interruptions x batch size)",
-                self.log.consumer,
-                self.log.duplicates,
-                self.duplicate_bound()
-            ));
+        for d in std::iter::once(&self.log).chain(self.kafka.as_ref()) {
+            if d.duplicates as u64 > self.duplicate_bound() {
+                v.push(format!(
+                    "{}: {} redeliveries, more than the bound {} (interruptions x batch size)",
+                    d.consumer,
+                    d.duplicates,
+                    self.duplicate_bound()
+                ));
+            }
         }
         if self.cursor_samples == 0 {
             v.push("the cursor watch took no sample".into());
@@ -317,6 +329,13 @@ impl fmt::Display for Report {
                 d.consumer, d.lost, d.duplicates, d.phantom, d.torn, d.unexpected
             )?;
         }
+        if let Some(d) = &self.kafka {
+            writeln!(
+                f,
+                "  {:<12} (shared kafka sink, at least once, its topic read back): lost {}, duplicates {}, phantom {}",
+                d.consumer, d.lost, d.duplicates, d.phantom
+            )?;
+        }
         write!(
             f,
             "  redelivery bound     {} (interruptions {} x batch size)",
@@ -335,6 +354,7 @@ struct Audited {
     events: usize,
     sql: Delivery,
     log: Delivery,
+    kafka: Option<Delivery>,
     pi: Delivery,
     poison: Delivery,
     dead: Delivery,
@@ -349,7 +369,10 @@ struct Audited {
 
 impl Audited {
     fn all_in(&self) -> bool {
-        [&self.sql, &self.log, &self.pi, &self.poison, &self.dead, &self.toggle].iter().all(|d| d.lost == 0)
+        [&self.sql, &self.log, &self.pi, &self.poison, &self.dead, &self.toggle]
+            .into_iter()
+            .chain(self.kafka.as_ref())
+            .all(|d| d.lost == 0)
             && self.rewinds.behind == 0
     }
 }
@@ -357,6 +380,7 @@ impl Audited {
 async fn audit_all(
     admin: &sqlx::PgPool,
     log_file: &std::path::Path,
+    kafka: Option<&kafka::ChaosKafka>,
     running: &[String],
     log: &ops::OpsLog,
     boundary: u64,
@@ -380,6 +404,10 @@ async fn audit_all(
         events: committed.len(),
         sql: audit::sql_sink(admin, SQL_CONSUMER, "chaos_applied", committed).await?,
         log: audit::log_sink(LOG_CONSUMER, log_file, committed)?,
+        kafka: match kafka {
+            Some(k) => Some(k.audit(committed).await?),
+            None => None,
+        },
         pi: audit::per_instance(admin, PI_CONSUMER, "chaos_pi", running).await?,
         poison: audit::sql_sink_expecting(admin, ops::POISON_CONSUMER, "chaos_poison", &not_poison, committed).await?,
         dead: audit::sql_sink(admin, ops::DEAD_CONSUMER, "chaos_dead", committed).await?,
@@ -398,9 +426,18 @@ async fn audit_all(
 pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let bin = fleet::highwater_bin()?;
     let start_xid = config.xid_boundary.checked_sub(config.xid_lead).context("--xid-lead is above --xid-boundary")?;
-    let pg = EmbeddedPostgres::start(EmbeddedOptions { next_xid: Some(start_xid), ..Default::default() })
-        .await
-        .context("starting PostgreSQL")?;
+    // The broker starts meanwhile: its JVM takes seconds.
+    let (pg, broker) = tokio::join!(
+        EmbeddedPostgres::start(EmbeddedOptions { next_xid: Some(start_xid), ..Default::default() }),
+        async {
+            match config.no_kafka {
+                true => Ok(None),
+                false => kafka::ChaosKafka::start().await.map(Some),
+            }
+        }
+    );
+    let pg = pg.context("starting PostgreSQL")?;
+    let broker = broker?;
     let admin = highwater::db::connect(&pg.url(), 10).await?;
     highwater::db::migrate(&admin).await?;
     highwater::event_types::register(&admin, load::EVENT_TYPE, None, None).await?;
@@ -444,6 +481,10 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         toggle = ops::TOGGLE_CONSUMER,
         dead = ops::DEAD_CONSUMER,
     );
+    let consumers = match &broker {
+        Some(k) => consumers + &k.consumer_yaml(config.batch_size),
+        None => consumers,
+    };
     let defs = highwater::definitions::parse(&consumers, "chaos")?;
     highwater::definitions::apply(&admin, &defs).await?;
     let crossing = Arc::new(std::sync::Mutex::new(boundary::Crossing {
@@ -533,7 +574,7 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         if !fleet.lock().await.killed.is_empty() {
             ops::gc_once(&admin, &fleet, &ops_log, false).await;
         }
-        let a = audit_all(&admin, &log_file, &running, &ops_log, config.xid_boundary).await?;
+        let a = audit_all(&admin, &log_file, broker.as_ref(), &running, &ops_log, config.xid_boundary).await?;
         if a.all_in() || drain_start.elapsed() > config.drain_timeout {
             break a;
         }
@@ -552,7 +593,7 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     watcher.await?;
     crossing_watch.await?;
     let a = if drained.all_in() {
-        audit_all(&admin, &log_file, &running, &ops_log, config.xid_boundary).await?
+        audit_all(&admin, &log_file, broker.as_ref(), &running, &ops_log, config.xid_boundary).await?
     } else {
         drained
     };
@@ -577,6 +618,7 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
         long_transaction,
         sql: a.sql,
         log: a.log,
+        kafka: a.kafka,
         per_instance: a.pi,
         poison: a.poison,
         dead: a.dead,

@@ -1,0 +1,435 @@
+//! Scenario 10, relay to Kafka: highwater's kafka sink side by side with Debezium's outbox
+//! EventRouter ([`super::debezium`]), on one PostgreSQL (`wal_level=logical`) and one Kafka 4.4
+//! broker ([`crate::brokers::kafka`]), in one run.
+//!
+//! Every transaction writes the event twice in one statement: to `highwater.events` and to a
+//! seed-style `public.outbox` table (`id uuid, aggregatetype, aggregateid, type, payload`) that
+//! Debezium reads through its own replication slot and publication. So both relays see the same
+//! events, committed in the same transactions at the same rate.
+//!
+//! - Backlog: the slot is created, then the backlog is written; each relay then starts alone and
+//!   is timed until its topic holds every record (high watermarks, polled every 20 ms). The rate
+//!   is taken from the first record in Kafka to the last (a JVM starts slower than the dispatcher;
+//!   its start is in the note), with the CPU seconds and peak RSS of the relay process (/proc).
+//! - Latency: both relays run at once while writers commit at a steady rate; each payload carries
+//!   `clock_timestamp()` of its transaction in microseconds, and each topic stamps records with
+//!   the broker's append time (`message.timestamp.type=LogAppendTime`, milliseconds). A real Kafka
+//!   consumer reads both topics back; commit-to-Kafka is the append time minus the commit time
+//!   (one machine, one clock).
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    consumer::{BaseConsumer, Consumer},
+    message::Timestamp,
+};
+
+use super::{
+    BenchDb, Peers, Report, Sizes,
+    db::{ScenarioDb, consumer_yaml},
+    debezium::{self, DebeziumRelay},
+    dispatcher::{self, DispatcherOpts, DispatcherProc},
+    report::{per_s, ratio},
+};
+use crate::brokers::kafka::{Kafka, KafkaOptions};
+
+const S: &str = "10 relay to Kafka";
+const PARTITIONS: i32 = 3;
+/// The PostgreSQL settings the scenario needs for Debezium's logical replication.
+pub const SETTINGS: [(&str, &str); 3] =
+    [("wal_level", "logical"), ("max_replication_slots", "10"), ("max_wal_senders", "10")];
+
+const OUTBOX_TABLE: &str = "CREATE TABLE public.outbox (
+    id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
+    payload jsonb NOT NULL)";
+
+const HIGHWATER: &str = "highwater (kafka sink)";
+const DEBEZIUM: &str = "Debezium 3.6.1 (embedded, outbox EventRouter)";
+
+pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Report) -> Result<()> {
+    let pool = sqlx::PgPool::connect(&bench.pg.url()).await?;
+    for (name, _) in SETTINGS {
+        let v: String = sqlx::query_scalar("SELECT current_setting($1)").bind(name).fetch_one(&pool).await?;
+        report.header.push((format!("PostgreSQL {name}"), v));
+    }
+    pool.close().await;
+    report.header.push((
+        "Kafka".into(),
+        format!("{} (KRaft, one process, {PARTITIONS} partitions per topic)", crate::brokers::kafka::VERSION),
+    ));
+    if peers.debezium {
+        // Resolved and compiled before any clock starts.
+        debezium::classpath().await?;
+    }
+    let kafka = Kafka::start(KafkaOptions::default()).await.context("starting Kafka for the relay scenario")?;
+    let bootstrap = kafka.bootstrap();
+    create_topics(&bootstrap, &["highwater.backlog", "debezium.backlog", "highwater.latency", "debezium.latency"])
+        .await?;
+    backlog(bench, sizes, peers, &bootstrap, report).await?;
+    latency(bench, sizes, peers, &bootstrap, report).await?;
+    Ok(())
+}
+
+/// What one relay did with the backlog.
+struct Drained {
+    /// Process start to the last record in Kafka.
+    total: Duration,
+    /// First record in Kafka to the last.
+    streaming: Duration,
+    cpu: Duration,
+    peak_rss: u64,
+}
+
+async fn backlog(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, report: &mut Report) -> Result<()> {
+    let n = sizes.relay_events;
+    let db = bench.scenario("relay_backlog").await?;
+    prepare_outbox(&db, "dbz_backlog").await?;
+    fill_both(&db, n).await?;
+    let timeout = Duration::from_secs(900);
+
+    db.apply(&consumer_yaml("relay", "relay", sizes.batch, &kafka_sink(bootstrap, "highwater.backlog"))).await?;
+    let started = Instant::now();
+    let mut d = DispatcherProc::start(&db.url, "relay-0", &DispatcherOpts::group("relay")).await?;
+    let pid = d.pid();
+    let (peak, first) = peak_rss(
+        pid,
+        wait_records(bootstrap, "highwater.backlog", n, timeout, started, || match d.child.try_wait()? {
+            Some(status) => bail!("the dispatcher exited ({status})"),
+            None => Ok(()),
+        }),
+    )
+    .await;
+    let hw = Drained { total: started.elapsed(), streaming: started.elapsed() - first?, cpu: d.cpu()?, peak_rss: peak };
+    drop(d);
+    add_drained(report, HIGHWATER, n, &hw, &format!("batchSize {}", sizes.batch));
+
+    if peers.debezium {
+        let props = debezium::properties(
+            bench.pg.port(),
+            "relay_backlog",
+            "dbz_backlog",
+            "dbz_backlog",
+            bootstrap,
+            "debezium.backlog",
+        );
+        let started = Instant::now();
+        let mut dbz = DebeziumRelay::start("debezium-backlog", &props).await?;
+        let pid = dbz.pid()?;
+        let (peak, first) =
+            peak_rss(pid, wait_records(bootstrap, "debezium.backlog", n, timeout, started, || dbz.check_running()))
+                .await;
+        let first = first?;
+        let dz = Drained {
+            total: started.elapsed(),
+            streaming: started.elapsed() - first,
+            cpu: dispatcher::cpu(pid)?,
+            peak_rss: peak,
+        };
+        drop(dbz);
+        add_drained(report, DEBEZIUM, n, &dz, "max.batch.size 2048 (default)");
+        let rate = |d: &Drained| n as f64 / d.streaming.as_secs_f64();
+        report.add(
+            S,
+            "highwater ÷ Debezium",
+            &format!("events/s to Kafka, backlog of {}", per_s(n as f64)),
+            ratio(rate(&hw), rate(&dz)),
+            "goal ≥ 2×",
+        );
+        report.add(
+            S,
+            "highwater ÷ Debezium",
+            "CPU seconds per event, backlog",
+            ratio(hw.cpu.as_secs_f64(), dz.cpu.as_secs_f64()),
+            "lower is better",
+        );
+    }
+    Ok(())
+}
+
+fn add_drained(report: &mut Report, subject: &str, n: i64, d: &Drained, settings: &str) {
+    let rate = n as f64 / d.streaming.as_secs_f64();
+    let goal = if subject == HIGHWATER { "; goal ≥ 50,000/s" } else { "" };
+    report.add(
+        S,
+        subject,
+        &format!("events/s to Kafka, backlog of {}", per_s(n as f64)),
+        per_s(rate),
+        format!(
+            "first record to last; {:.1} s from process start ({}/s){goal}; {settings}",
+            d.total.as_secs_f64(),
+            per_s(n as f64 / d.total.as_secs_f64())
+        ),
+    );
+    report.add(
+        S,
+        subject,
+        "CPU seconds, backlog",
+        format!("{:.1} s", d.cpu.as_secs_f64()),
+        format!("{:.1} µs per event, process start included", d.cpu.as_secs_f64() * 1e6 / n as f64),
+    );
+    report.add(S, subject, "peak RSS, backlog", format!("{:.1} MiB", d.peak_rss as f64 / 1048576.0), "");
+}
+
+async fn latency(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, report: &mut Report) -> Result<()> {
+    let db = bench.scenario("relay_latency").await?;
+    prepare_outbox(&db, "dbz_latency").await?;
+    db.apply(&consumer_yaml("relay", "relay", sizes.batch, &kafka_sink(bootstrap, "highwater.latency"))).await?;
+    let d = DispatcherProc::start(&db.url, "relay-0", &DispatcherOpts::group("relay")).await?;
+    let mut dbz = None;
+    if peers.debezium {
+        let props = debezium::properties(
+            bench.pg.port(),
+            "relay_latency",
+            "dbz_latency",
+            "dbz_latency",
+            bootstrap,
+            "debezium.latency",
+        );
+        dbz = Some(DebeziumRelay::start("debezium-latency", &props).await?);
+    }
+    let mut topics = vec![(HIGHWATER, "highwater.latency", d.pid())];
+    if let Some(z) = &dbz {
+        topics.push((DEBEZIUM, "debezium.latency", z.pid()?));
+    }
+    // One warm-up event through both (its payload has no commit time): both relays are
+    // streaming before the clock starts.
+    sqlx::query(sqlx::AssertSqlSafe(write_both_sql(false))).bind("warm-up").bind(0_i64).execute(&db.pool).await?;
+    for (_, topic, _) in &topics {
+        wait_records(bootstrap, topic, 1, Duration::from_secs(60), Instant::now(), || Ok(())).await?;
+    }
+    let cpu_before: Vec<Duration> = topics.iter().map(|(_, _, pid)| dispatcher::cpu(*pid)).collect::<Result<_>>()?;
+    let written = write_steadily(&db.url, sizes.latency_rate, sizes.latency_writers, sizes.latency_duration).await?;
+    let rate = written as f64 / sizes.latency_duration.as_secs_f64();
+    for (i, (subject, topic, pid)) in topics.iter().enumerate() {
+        wait_records(bootstrap, topic, written as i64 + 1, Duration::from_secs(120), Instant::now(), || Ok(())).await?;
+        let cpu = dispatcher::cpu(*pid)? - cpu_before[i];
+        let mut ms = commit_to_kafka_ms(bootstrap, topic, written as usize + 1).await?;
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
+        let note =
+            format!("{} events at {rate:.0}/s from {} writers, both relays running", ms.len(), sizes.latency_writers);
+        let goal = if *subject == HIGHWATER { format!("{note}; goal p99 ≤ 50 ms") } else { note.clone() };
+        let metric = |m: &str| format!("commit-to-Kafka {m} at {}/s", sizes.latency_rate);
+        report.add(S, subject, &metric("p50"), format!("{:.1} ms", at(0.5)), &note);
+        report.add(S, subject, &metric("p99"), format!("{:.1} ms", at(0.99)), goal);
+        report.add(
+            S,
+            subject,
+            &metric("max"),
+            format!("{:.1} ms", ms[ms.len() - 1]),
+            "broker append time, 1 ms resolution",
+        );
+        report.add(
+            S,
+            subject,
+            &format!("CPU seconds at {}/s", sizes.latency_rate),
+            format!("{:.2} s", cpu.as_secs_f64()),
+            format!(
+                "over {:.0} s ({:.1} % of a core)",
+                sizes.latency_duration.as_secs_f64(),
+                100.0 * cpu.as_secs_f64() / sizes.latency_duration.as_secs_f64()
+            ),
+        );
+    }
+    drop(dbz);
+    drop(d);
+    Ok(())
+}
+
+fn kafka_sink(bootstrap: &str, topic: &str) -> String {
+    format!("{{kafka: {{brokers: [\"{bootstrap}\"], topic: {topic}}}}}")
+}
+
+async fn create_topics(bootstrap: &str, topics: &[&str]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    // The broker stamps each record as it appends it: the "in Kafka" time of commit-to-Kafka.
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| {
+            NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)).set("message.timestamp.type", "LogAppendTime")
+        })
+        .collect();
+    for r in admin.create_topics(&new, &AdminOptions::new()).await? {
+        r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The outbox table, its publication and the logical replication slot, named `name`. The slot
+/// comes first: it keeps every later change for Debezium, as a slot running in production does.
+async fn prepare_outbox(db: &ScenarioDb, name: &str) -> Result<()> {
+    sqlx::query(OUTBOX_TABLE).execute(&db.pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE PUBLICATION {name} FOR TABLE public.outbox")))
+        .execute(&db.pool)
+        .await?;
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')").bind(name).execute(&db.pool).await?;
+    Ok(())
+}
+
+/// `n` events, each written to both tables by the same statement, 10,000 per transaction.
+async fn fill_both(db: &ScenarioDb, n: i64) -> Result<()> {
+    let mut from = 1;
+    while from <= n {
+        let to = (from + 9_999).min(n);
+        sqlx::query(
+            "WITH g AS (SELECT g, jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR') AS payload
+                          FROM generate_series($1::bigint, $2::bigint) g),
+                  hw AS (INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
+                         SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', payload,
+                                jsonb_build_object('correlation_id', gen_random_uuid()::text) FROM g)
+             INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
+             SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'OrderPlaced', payload FROM g",
+        )
+        .bind(from)
+        .bind(to)
+        .execute(&db.pool)
+        .await?;
+        from = to + 1;
+    }
+    sqlx::query("VACUUM ANALYZE highwater.events").execute(&db.pool).await?;
+    sqlx::query("VACUUM ANALYZE public.outbox").execute(&db.pool).await?;
+    Ok(())
+}
+
+/// One event into both tables in one statement (one transaction): through `highwater.append`
+/// and as an outbox row, with the same payload; `stamped` adds the commit time in µs.
+fn write_both_sql(stamped: bool) -> String {
+    let stamp = if stamped { ", 'committed_at_us', (extract(epoch FROM clock_timestamp()) * 1e6)::bigint" } else { "" };
+    format!(
+        "WITH p AS (SELECT jsonb_build_object('order_id', $2::bigint, 'amount', 42{stamp}) AS payload),
+              hw AS (SELECT highwater.append('order', $1, 'OrderPlaced', (SELECT payload FROM p)))
+         INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
+         SELECT gen_random_uuid(), 'order', $1, 'OrderPlaced', payload FROM p, hw"
+    )
+}
+
+/// Writes at `rate` events/s from `writers` tasks for `duration`; returns how many were written.
+async fn write_steadily(url: &str, rate: u32, writers: u32, duration: Duration) -> Result<u64> {
+    let pool = highwater::db::connect(url, writers).await?;
+    let per_writer = rate / writers;
+    let period = Duration::from_secs_f64(1.0 / per_writer as f64);
+    let ticks = (duration.as_secs_f64() * per_writer as f64) as u64;
+    let sql: &'static str = Box::leak(write_both_sql(true).into_boxed_str());
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            for i in 0..ticks {
+                tick.tick().await;
+                sqlx::query(sqlx::AssertSqlSafe(sql)).bind(format!("o-{w}-{i}")).bind(i as i64).execute(&pool).await?;
+            }
+            anyhow::Ok(ticks)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    pool.close().await;
+    Ok(total)
+}
+
+/// A consumer of `topic` from its beginning, on every partition.
+fn consumer(bootstrap: &str, topic: &str) -> Result<BaseConsumer> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("bench-{topic}"))
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    Ok(c)
+}
+
+/// Records in `topic` (the sum of its partitions' high watermarks).
+fn count(c: &BaseConsumer, topic: &str) -> Result<i64> {
+    let mut n = 0;
+    for p in 0..PARTITIONS {
+        n += c.fetch_watermarks(topic, p, Duration::from_secs(5))?.1;
+    }
+    Ok(n)
+}
+
+/// Waits until `topic` holds `n` records; returns when the first one appeared, from `since`.
+/// `alive` fails when the relay has died.
+async fn wait_records(
+    bootstrap: &str,
+    topic: &str,
+    n: i64,
+    timeout: Duration,
+    since: Instant,
+    mut alive: impl FnMut() -> Result<()>,
+) -> Result<Duration> {
+    let c = Arc::new(consumer(bootstrap, topic)?);
+    let topic_name = topic.to_owned();
+    let mut first = None;
+    loop {
+        let (c2, t) = (c.clone(), topic_name.clone());
+        let have = tokio::task::spawn_blocking(move || count(&c2, &t)).await??;
+        if have > 0 && first.is_none() {
+            first = Some(since.elapsed());
+        }
+        if have >= n {
+            return Ok(first.unwrap_or_default());
+        }
+        alive().with_context(|| format!("{have} of {n} records in {topic}"))?;
+        if since.elapsed() > timeout {
+            bail!("{have} of {n} records in {topic} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads `n` records of `topic` back: append time minus the commit time in the payload, in ms,
+/// for each record that has one.
+async fn commit_to_kafka_ms(bootstrap: &str, topic: &str, n: usize) -> Result<Vec<f64>> {
+    let c = consumer(bootstrap, topic)?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while seen < n {
+            if Instant::now() > deadline {
+                bail!("read {seen} of {n} records of {topic} back");
+            }
+            let Some(m) = c.poll(Duration::from_millis(500)) else { continue };
+            let m = m?;
+            seen += 1;
+            let Timestamp::LogAppendTime(appended) = m.timestamp() else {
+                bail!("{topic}: a record without a log append time ({:?})", m.timestamp());
+            };
+            let payload: serde_json::Value = serde_json::from_slice(m.payload().unwrap_or(b"null"))
+                .with_context(|| format!("{topic}: a record whose value is not JSON"))?;
+            if let Some(us) = payload.get("committed_at_us").and_then(serde_json::Value::as_i64) {
+                out.push(appended as f64 - us as f64 / 1000.0);
+            }
+        }
+        Ok(out)
+    })
+    .await?
+}
+
+/// Samples the RSS of `pid` every 50 ms until `stop` resolves; the highest seen.
+async fn peak_rss<F: std::future::Future>(pid: u32, stop: F) -> (u64, F::Output) {
+    let mut peak = 0;
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            out = &mut stop => return (peak.max(dispatcher::rss(pid).unwrap_or(0)), out),
+            _ = tick.tick() => peak = peak.max(dispatcher::rss(pid).unwrap_or(0)),
+        }
+    }
+}
