@@ -3,13 +3,15 @@
 //! SIGKILLed every few seconds, PostgreSQL restarts, the network to the database is cut,
 //! black-holed and slowed; afterwards no committed event is lost, the SQL sink applied none twice,
 //! the log sink's redeliveries stay within one batch per interruption, and no cursor moved
-//! backwards except by the run's rewinds. Meanwhile operators prune, rewind, skip, disable and
-//! enable, gc and restart on their own clocks, and transaction ids cross 10^5: no event is deleted
+//! backwards except by the run's rewinds. The same holds for `chaos-kafka`, whose topic on a real
+//! Kafka broker an auditor reads back (lost 0, redeliveries within one batch per interruption).
+//! Meanwhile operators prune, rewind, skip, disable and enable, gc and restart on their own clocks, and transaction ids cross 10^5: no event is deleted
 //! before every shard that is not disabled passed it, a rewind to a time delivers again every
 //! event created since, a rewind to latest nothing, a skipped event is in the dead letters only.
 //!
 //! Needs `highwater` built in the target directory (`cargo test --workspace` builds it; alone:
-//! `cargo build -p highwater --bin highwater`).
+//! `cargo build -p highwater --bin highwater`), and Java 17 and Maven for the Kafka broker
+//! (`.ci/run` installs them).
 use std::time::Duration;
 
 use highwater_e2e::chaos::{self, Config, ops};
@@ -55,6 +57,9 @@ async fn no_loss_under_kills_restarts_and_network_faults() {
         assert!(ran(op) >= 1, "{op} ran: {:?}", report.ops.get(op));
     }
     assert!(affected(ops::GC) >= 1, "consumer gc collected killed instances' shards: {:?}", report.ops.get(ops::GC));
+    let kafka = report.kafka.as_ref().expect("chaos-kafka ran (its broker started)");
+    assert!(kafka.lost == 0 && kafka.phantom == 0, "chaos-kafka: {kafka:?}");
+    assert!(kafka.duplicates as u64 <= report.duplicate_bound(), "chaos-kafka: {kafka:?}");
     let violations = report.violations();
     if !violations.is_empty() {
         let keep = work.keep();

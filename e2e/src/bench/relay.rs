@@ -15,7 +15,10 @@
 //!   `clock_timestamp()` of its transaction in microseconds, and each topic stamps records with
 //!   the broker's append time (`message.timestamp.type=LogAppendTime`, milliseconds). A real Kafka
 //!   consumer reads both topics back; commit-to-Kafka is the append time minus the commit time
-//!   (one machine, one clock).
+//!   (one machine, one clock). The writers commit with `synchronous_commit=on`, PostgreSQL's
+//!   default, although the cluster's is off: a walsender only sends WAL that is flushed, and with
+//!   it off a commit waits for the WAL writer's next round (`wal_writer_delay`, 200 ms), a delay
+//!   only Debezium's path would pay. fsync stays off, so the flush costs no disk wait.
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -212,8 +215,11 @@ async fn latency(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, 
         let mut ms = commit_to_kafka_ms(bootstrap, topic, written as usize + 1).await?;
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| ms[((ms.len() as f64 * q).ceil() as usize).clamp(1, ms.len()) - 1];
-        let note =
-            format!("{} events at {rate:.0}/s from {} writers, both relays running", ms.len(), sizes.latency_writers);
+        let note = format!(
+            "{} events at {rate:.0}/s from {} writers (synchronous_commit=on), both relays running",
+            ms.len(),
+            sizes.latency_writers
+        );
         let goal = if *subject == HIGHWATER { format!("{note}; goal p99 ≤ 50 ms") } else { note.clone() };
         let metric = |m: &str| format!("commit-to-Kafka {m} at {}/s", sizes.latency_rate);
         report.add(S, subject, &metric("p50"), format!("{:.1} ms", at(0.5)), &note);
@@ -311,7 +317,12 @@ fn write_both_sql(stamped: bool) -> String {
 
 /// Writes at `rate` events/s from `writers` tasks for `duration`; returns how many were written.
 async fn write_steadily(url: &str, rate: u32, writers: u32, duration: Duration) -> Result<u64> {
-    let pool = highwater::db::connect(url, writers).await?;
+    let url = format!("{url}?options=-c%20synchronous_commit%3Don");
+    let pool = highwater::db::connect(&url, writers).await?;
+    let check: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&pool).await?;
+    if check != "on" {
+        bail!("the writers' synchronous_commit is {check}, not on");
+    }
     let per_writer = rate / writers;
     let period = Duration::from_secs_f64(1.0 / per_writer as f64);
     let ticks = (duration.as_secs_f64() * per_writer as f64) as u64;
