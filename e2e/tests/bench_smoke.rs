@@ -90,7 +90,7 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     assert!(figure("8 read-your-writes wait", "highwater", "wait statements/s") > 0.0);
 }
 
-/// Scenario 10 (not part of `all`: it starts its own Kafka broker and the Debezium JVM) with its
+/// Scenario 11 (not part of `all`: it starts its own Kafka broker and the Debezium JVM) with its
 /// Debezium peer: every relay's figures are printed, the backlog reached Kafka through both, and
 /// the comparison row is there. Needs Java 17 with javac and Maven (`.ci/run` installs them); the
 /// Debezium jars are resolved into the e2e cache on first use.
@@ -110,7 +110,7 @@ fn relay_scenario_with_the_debezium_peer_at_tiny_size() {
     let figure = |subject: &str, metric: &str| -> f64 {
         let r = rows
             .iter()
-            .find(|r| r[0] == "10 relay to Kafka" && r[1].starts_with(subject) && r[2].starts_with(metric))
+            .find(|r| r[0] == "11 relay to Kafka" && r[1].starts_with(subject) && r[2].starts_with(metric))
             .unwrap_or_else(|| panic!("no row {subject} / {metric} in:\n{md}"));
         number(&r[3])
     };

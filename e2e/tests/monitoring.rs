@@ -6,7 +6,7 @@
 //! installed PrometheusRule (its `for:` durations shortened to 5 s, the one change).
 //!
 //! Scenarios make every panel have something to show: a per-instance consumer that delivers
-//! (`live`), a consumer with maxAttempts 1 and a failing SQL statement (`poison`: failures, a dead
+//! (`live`), a partitioned consumer shared by the dispatchers (`parts`), a consumer with maxAttempts 1 and a failing SQL statement (`poison`: failures, a dead
 //! shard), a slow consumer created behind a backlog of hour-old events (`backlog`: lag in events
 //! and seconds that falls, time to catch up, the lag alert) and a scale-down from 2 dispatchers to
 //! 1 (the operator's shard removal). Then every query of both dashboards, as installed, with the
@@ -72,6 +72,14 @@ spec:
   delivery: Shared
   maxAttempts: 1
   sink: {sql: {statement: 'SELECT 1/0'}}
+---
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: parts, namespace: hw}
+spec:
+  delivery: Shared
+  partitions: 2
+  sink: {log: {target: stderr}}
 "#;
 
 /// Created once the backlog is in: a shared consumer starts from the earliest event.

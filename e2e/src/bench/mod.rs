@@ -22,6 +22,7 @@ pub mod operator;
 pub mod relay;
 pub mod report;
 pub mod river;
+pub mod scaleout;
 pub mod sizes;
 pub mod storage;
 pub mod wait;

@@ -1,4 +1,4 @@
-//! Scenario 10, relay to Kafka: highwater's kafka sink side by side with Debezium's outbox
+//! Scenario 11, relay to Kafka: highwater's kafka sink side by side with Debezium's outbox
 //! EventRouter ([`super::debezium`]), on one PostgreSQL (`wal_level=logical`) and one Kafka 4.4
 //! broker ([`crate::brokers::kafka`]), in one run.
 //!
@@ -42,7 +42,7 @@ use super::{
 };
 use crate::brokers::kafka::{Kafka, KafkaOptions};
 
-const S: &str = "10 relay to Kafka";
+const S: &str = "11 relay to Kafka";
 const PARTITIONS: i32 = 3;
 /// The PostgreSQL settings the scenario needs for Debezium's logical replication.
 pub const SETTINGS: [(&str, &str); 3] =

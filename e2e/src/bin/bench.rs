@@ -9,7 +9,8 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, relay, storage, wait,
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, relay, scaleout, storage,
+    wait,
 };
 
 #[derive(Parser, Debug)]
@@ -56,7 +57,9 @@ enum Scenario {
     Wait,
     /// 9: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
     Storage,
-    /// 10: relay to Kafka beside Debezium's outbox EventRouter (own Kafka broker, wal_level=logical;
+    /// 10: one slow Shared consumer over 1 and 4 dispatchers, unpartitioned and with 8 partitions.
+    ScaleOut,
+    /// 11: relay to Kafka beside Debezium's outbox EventRouter (own Kafka broker, wal_level=logical;
     /// not part of `all`).
     Relay,
     /// Every scenario above but relay, in one run.
@@ -161,6 +164,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Storage | All) {
         storage::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, ScaleOut | All) {
+        scaleout::run(&bench, &sizes, &mut report).await?;
     }
     if s == Relay {
         relay::run(&bench, &sizes, peers, &mut report).await?;
