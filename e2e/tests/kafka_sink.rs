@@ -216,7 +216,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     let kafka = Kafka::start(opts).await.expect("start kafka");
     let direct = format!("127.0.0.1:{port}");
     let sasl = kafka.sasl_bootstrap().unwrap();
-    create_topics(&direct, &["relay-cut", "relay-scram", "relay-badauth", "relay-plain"]).await;
+    create_topics(&direct, &["relay-cut", "relay-scram", "relay-scram512", "relay-badauth", "relay-plain"]).await;
     let db = db().await;
     let quick = "delivery: Shared\nbatchSize: 50\nmaxAttempts: 3\nbackoff: {initial: 100ms, max: 200ms}\n";
     apply(
@@ -239,6 +239,15 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
         &format!(
             "delivery: Shared\nbatchSize: 50\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
             sasl_sink_with("PLAIN", "relay-plain", "KAFKA_PASSWORD")
+        ),
+    )
+    .await;
+    apply(
+        &db,
+        "scram512",
+        &format!(
+            "delivery: Shared\nbatchSize: 50\nbackoff: {{initial: 100ms, max: 1s}}\n{}",
+            sasl_sink_with("SCRAM-SHA-512", "relay-scram512", "KAFKA_PASSWORD")
         ),
     )
     .await;
@@ -274,6 +283,7 @@ async fn broker_faults_are_named_retried_and_dead_after_max_attempts() {
     assert!(!e.contains("not-the-secret"), "the password is never shown: {e}");
 
     wait_caught_up(&db.pool, "scram", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    wait_caught_up(&db.pool, "scram512", ids[ids.len() - 1], Duration::from_secs(60)).await;
     wait_caught_up(&db.pool, "plain", ids[ids.len() - 1], Duration::from_secs(60)).await;
     wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
 

@@ -225,3 +225,46 @@ async fn tls_to_the_server_with_a_ca_file() {
     let e = untrusted.last_error.unwrap();
     assert!(e.contains("cannot connect") && e.contains("check sink.nats.tls"), "{e}");
 }
+
+/// Token authentication (`nats-server --auth`): the sink's token, read from the dispatcher's
+/// environment, delivers every event; a wrong token is named in `last_error` (never shown) and
+/// the shard is `dead` after `maxAttempts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_authentication() {
+    const TOKEN: &str = "nats-token-secret";
+    let nats = Nats::start(NatsOptions { token: Some(TOKEN.into()), ..Default::default() }).await.expect("nats");
+    let client = async_nats::ConnectOptions::new().token(TOKEN.into()).connect(nats.url()).await.expect("connect");
+    let js = jetstream::new(client);
+    js.create_stream(stream::Config { name: "TOKENS".into(), subjects: vec!["tok.>".into()], ..Default::default() })
+        .await
+        .expect("create the stream");
+    let db = db().await;
+    let sink = |env: &str| {
+        format!(
+            "sink:\n  nats:\n    servers: [\"{}\"]\n    subject: tok.{{streamType}}\n    timeout: 2s\n    \
+             token: {{env: {env}}}\n",
+            nats.url()
+        )
+    };
+    apply(
+        &db,
+        "relay",
+        &format!("delivery: Shared\nbatchSize: 20\nbackoff: {{initial: 100ms, max: 1s}}\n{}", sink("NATS_TOKEN")),
+    )
+    .await;
+    let quick = "delivery: Shared\nbatchSize: 20\nmaxAttempts: 2\nbackoff: {initial: 100ms, max: 200ms}\n";
+    apply(&db, "badtoken", &format!("{quick}{}", sink("NATS_WRONG_TOKEN"))).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(&db.url, logs.path(), &[("NATS_TOKEN", TOKEN), ("NATS_WRONG_TOKEN", "not-the-token")]);
+    let ids = Writer::new(&db.pool, 5).append(60, Duration::ZERO).await;
+
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    let stream = js.get_stream("TOKENS").await.expect("the stream");
+    assert_eq!(stream.get_info().await.expect("stream info").state.messages, 60, "one message per event");
+    let bad = wait_dead(&db.pool, "badtoken", Duration::from_secs(60)).await;
+    eprintln!("bad token: {bad:?}");
+    let e = bad.last_error.unwrap();
+    assert!(e.contains("authorization violation") && e.contains("token"), "{e}");
+    assert!(!e.contains("not-the-token"), "the token is never shown: {e}");
+    assert_eq!(bad.attempts, 2);
+}

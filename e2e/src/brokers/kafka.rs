@@ -41,7 +41,7 @@ pub struct KafkaOptions {
     /// error, as on most production clusters).
     pub auto_create_topics: bool,
     /// Adds a SASL_PLAINTEXT listener where this user and password authenticate with
-    /// SCRAM-SHA-256 or PLAIN.
+    /// SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN.
     pub scram_user: Option<(String, String)>,
     /// Adds an SSL listener serving this PEM certificate and PKCS#8 key (e.g. from
     /// [`crate::pki::Pki`], valid for 127.0.0.1).
@@ -100,7 +100,9 @@ impl Kafka {
         format.args(["kafka.tools.StorageTool", "format", "--standalone", "-t", CLUSTER_ID, "-c"]);
         format.arg(dir.path().join("server.properties"));
         if let Some((user, password)) = &opts.scram_user {
-            format.args(["--add-scram", &format!("SCRAM-SHA-256=[name={user},password={password}]")]);
+            for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+                format.args(["--add-scram", &format!("{mechanism}=[name={user},password={password}]")]);
+            }
         }
         let out = tokio::task::spawn_blocking(move || format.output()).await??;
         if !out.status.success() {
@@ -126,7 +128,8 @@ impl Kafka {
         format!("127.0.0.1:{}", self.advertised_port)
     }
 
-    /// The SASL_PLAINTEXT (SCRAM-SHA-256) listener, when the options asked for a user.
+    /// The SASL_PLAINTEXT (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN) listener, when the options asked
+    /// for a user.
     pub fn sasl_bootstrap(&self) -> Option<String> {
         self.sasl_port.map(|p| format!("127.0.0.1:{p}"))
     }
@@ -170,8 +173,9 @@ fn properties(dir: &Path, port: u16, advertised: u16, controller: u16, sasl: Opt
         listeners.push_str(&format!(",SASL_PLAINTEXT://127.0.0.1:{s}"));
         advertised_listeners.push_str(&format!(",SASL_PLAINTEXT://127.0.0.1:{s}"));
         protocols.push_str(",SASL_PLAINTEXT:SASL_PLAINTEXT");
-        sasl_props = "sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN\n\
-             listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
+        sasl_props = "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN\n\
+             listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+             listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n"
             .to_owned();
     }
     format!(

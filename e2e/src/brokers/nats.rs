@@ -28,6 +28,8 @@ pub struct NatsOptions {
     pub port: Option<u16>,
     /// Require this user and password.
     pub user: Option<(String, String)>,
+    /// Require this token (`--auth`) instead.
+    pub token: Option<String>,
     /// Require TLS with this PEM certificate and key (e.g. from [`crate::pki::Pki`]).
     pub tls: Option<(PathBuf, PathBuf)>,
 }
@@ -89,6 +91,9 @@ fn spawn(binary: &PathBuf, dir: &TempDir, port: u16, opts: &NatsOptions, n: u32)
         .arg("e2e");
     if let Some((user, pass)) = &opts.user {
         c.args(["--user", user, "--pass", pass]);
+    }
+    if let Some(token) = &opts.token {
+        c.args(["--auth", token]);
     }
     if let Some((cert, key)) = &opts.tls {
         c.arg("--tls").arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
