@@ -349,6 +349,53 @@ async fn tls_to_the_broker_with_a_ca_file() {
     assert!(e.contains("SSL handshake failed") || e.contains("certificate verify failed"), "{e}");
 }
 
+/// Mutual TLS: the broker requires a client certificate from its CA (`ssl.client.auth=required`).
+/// The sink with `certFile` and `keyFile` delivers every event; the same sink without them is
+/// refused in the handshake, named in `last_error`, and `dead` after `maxAttempts`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_with_a_client_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let pki = highwater_e2e::pki::Pki::generate(certs.path(), &["127.0.0.1", "localhost"]).unwrap();
+    let client = pki.client_cert("relay", "relay", &[]).unwrap();
+    let opts = KafkaOptions {
+        tls: Some((pki.serving_cert(), pki.serving_key())),
+        client_ca: Some(pki.ca_cert()),
+        ..Default::default()
+    };
+    let kafka = Kafka::start(opts).await.expect("start kafka");
+    let tls = kafka.ssl_bootstrap().unwrap();
+    create_topics(&kafka.bootstrap(), &["relay-mtls", "relay-nocert"]).await;
+    let db = db().await;
+    let ca = pki.ca_cert();
+    let mtls = format!(
+        "    tls: {{caFile: \"{}\", certFile: \"{}\", keyFile: \"{}\"}}\n",
+        ca.display(),
+        client.cert.display(),
+        client.key.display()
+    );
+    apply(&db, "relay", &relay_spec(&tls, "relay-mtls", &mtls)).await;
+    apply(
+        &db,
+        "nocert",
+        &format!(
+            "delivery: Shared\nmaxAttempts: 2\nbackoff: {{initial: 100ms, max: 200ms}}\nsink:\n  kafka:\n    \
+             brokers: [\"{tls}\"]\n    topic: relay-nocert\n    timeout: 2s\n    tls: {{caFile: \"{}\"}}\n",
+            ca.display()
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _dispatcher = dispatcher(&db.url, logs.path(), &[]);
+    let ids = Writer::new(&db.pool, 10).append(100, Duration::ZERO).await;
+    wait_caught_up(&db.pool, "relay", ids[ids.len() - 1], Duration::from_secs(60)).await;
+    let records = read_topic(&kafka.bootstrap(), "relay-mtls", ids.len()).await;
+    audit(&records, &ids, 0);
+    let refused = wait_dead(&db.pool, "nocert", Duration::from_secs(60)).await;
+    eprintln!("no client certificate: {refused:?}");
+    let e = refused.last_error.unwrap();
+    assert!(e.contains("relay-nocert") && (e.contains("SSL") || e.contains("ssl")), "{e}");
+}
+
 /// A figure, not a check (ignored in the suite): how fast a backlog drains to Kafka. Run with a
 /// release build: `cargo build --release -p highwater --bin highwater && HIGHWATER_BIN=target/release/highwater
 /// RELAY_EVENTS=200000 cargo test -p highwater-e2e --test kafka_sink relay_throughput -- --ignored --nocapture`.

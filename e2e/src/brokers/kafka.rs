@@ -46,6 +46,9 @@ pub struct KafkaOptions {
     /// Adds an SSL listener serving this PEM certificate and PKCS#8 key (e.g. from
     /// [`crate::pki::Pki`], valid for 127.0.0.1).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// With `tls`: the SSL listener requires a client certificate signed by this PEM CA
+    /// (`ssl.client.auth=required`).
+    pub client_ca: Option<PathBuf>,
 }
 
 pub struct Kafka {
@@ -93,6 +96,12 @@ impl Kafka {
                 .replacen("\nadvertised.listeners=", &format!("\nadvertised.listeners=SSL://127.0.0.1:{p},"), 1)
                 .replacen("\nlistener.security.protocol.map=", "\nlistener.security.protocol.map=SSL:SSL,", 1);
             props.push_str(&format!("ssl.keystore.type=PEM\nssl.keystore.location={}\n", store.display()));
+            if let Some(ca) = &opts.client_ca {
+                props.push_str(&format!(
+                    "ssl.client.auth=required\nssl.truststore.type=PEM\nssl.truststore.location={}\n",
+                    ca.display()
+                ));
+            }
         }
         std::fs::write(dir.path().join("server.properties"), props)?;
         std::fs::write(dir.path().join("log4j2.yaml"), LOG4J)?;
