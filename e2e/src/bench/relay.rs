@@ -72,8 +72,11 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
     }
     let kafka = Kafka::start(KafkaOptions::default()).await.context("starting Kafka for the relay scenario")?;
     let bootstrap = kafka.bootstrap();
-    create_topics(&bootstrap, &["highwater.backlog", "debezium.backlog", "highwater.latency", "debezium.latency"])
-        .await?;
+    create_topics(
+        &bootstrap,
+        &["highwater.backlog", "highwater.backlog-big", "debezium.backlog", "highwater.latency", "debezium.latency"],
+    )
+    .await?;
     backlog(bench, sizes, peers, &bootstrap, report).await?;
     latency(bench, sizes, peers, &bootstrap, report).await?;
     Ok(())
@@ -96,20 +99,7 @@ async fn backlog(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, 
     fill_both(&db, n).await?;
     let timeout = Duration::from_secs(900);
 
-    db.apply(&consumer_yaml("relay", "relay", sizes.batch, &kafka_sink(bootstrap, "highwater.backlog"))).await?;
-    let started = Instant::now();
-    let mut d = DispatcherProc::start(&db.url, "relay-0", &DispatcherOpts::group("relay")).await?;
-    let pid = d.pid();
-    let (peak, first) = peak_rss(
-        pid,
-        wait_records(bootstrap, "highwater.backlog", n, timeout, started, || match d.child.try_wait()? {
-            Some(status) => bail!("the dispatcher exited ({status})"),
-            None => Ok(()),
-        }),
-    )
-    .await;
-    let hw = Drained { total: started.elapsed(), streaming: started.elapsed() - first?, cpu: d.cpu()?, peak_rss: peak };
-    drop(d);
+    let hw = drain_highwater(&db, bootstrap, "relay", "highwater.backlog", sizes.batch, n).await?;
     add_drained(report, HIGHWATER, n, &hw, &format!("batchSize {}", sizes.batch));
 
     if peers.debezium {
@@ -152,12 +142,41 @@ async fn backlog(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, 
             "lower is better",
         );
     }
+    // The same backlog again with larger batches: the sequential batch cycle (read, produce, wait
+    // for every acknowledgement, move the cursor) is what bounds a drain; a batch amortises it.
+    let big = sizes.batch * 5;
+    let hw = drain_highwater(&db, bootstrap, "relay-big", "highwater.backlog-big", big, n).await?;
+    add_drained(report, &format!("{HIGHWATER}, batchSize {big}"), n, &hw, &format!("batchSize {big}"));
     Ok(())
+}
+
+/// One dispatcher draining the backlog with consumer (and group) `name` to `topic`.
+async fn drain_highwater(
+    db: &ScenarioDb,
+    bootstrap: &str,
+    name: &str,
+    topic: &str,
+    batch: i64,
+    n: i64,
+) -> Result<Drained> {
+    db.apply(&consumer_yaml(name, name, batch, &kafka_sink(bootstrap, topic))).await?;
+    let started = Instant::now();
+    let mut d = DispatcherProc::start(&db.url, &format!("{name}-0"), &DispatcherOpts::group(name)).await?;
+    let pid = d.pid();
+    let (peak, first) = peak_rss(
+        pid,
+        wait_records(bootstrap, topic, n, Duration::from_secs(900), started, || match d.child.try_wait()? {
+            Some(status) => bail!("the dispatcher exited ({status})"),
+            None => Ok(()),
+        }),
+    )
+    .await;
+    Ok(Drained { total: started.elapsed(), streaming: started.elapsed() - first?, cpu: d.cpu()?, peak_rss: peak })
 }
 
 fn add_drained(report: &mut Report, subject: &str, n: i64, d: &Drained, settings: &str) {
     let rate = n as f64 / d.streaming.as_secs_f64();
-    let goal = if subject == HIGHWATER { "; goal ≥ 50,000/s" } else { "" };
+    let goal = if subject.starts_with(HIGHWATER) { "; goal ≥ 50,000/s" } else { "" };
     report.add(
         S,
         subject,
