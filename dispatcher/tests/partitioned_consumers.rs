@@ -343,7 +343,7 @@ async fn status_and_read_your_writes_count_each_partitions_own_events() {
     sqlx::raw_sql(APPLIED).execute(&db.pool).await.unwrap();
     apply(&db.pool, &projection("proj", 4, 10)).await;
     let total = write(&db.pool, 2, 12, 5, "s").await;
-    let token = highwater::token(&mut *db.pool.acquire().await.unwrap()).await.unwrap();
+    let token = highwater::token(&mut db.pool.acquire().await.unwrap()).await.unwrap();
     let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r.instance_id.as_str()).collect();
     assert_eq!(ids, ["__shared__/p0of4", "__shared__/p1of4", "__shared__/p2of4", "__shared__/p3of4"]);
