@@ -202,8 +202,12 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
         apply(&db.pool, &projection("proj", n, 25)).await;
         changes.push(n);
         // Under load the partitions stand at different cursors: the change waits at a barrier.
-        waited_at_barrier +=
-            scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumer_shards WHERE barrier_tx IS NOT NULL").await;
+        let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
+        if rows.iter().any(|r| r.barrier_event_id.is_some()) {
+            waited_at_barrier += 1;
+            let table = highwater::ops::render_table(&rows);
+            assert!(table.contains(&format!("partitions changing to {n}: delivers up to event")), "{table}");
+        }
         if step == 2 {
             // A dispatcher killed while a change waits at its barrier.
             procs.remove(0).sigkill();
