@@ -311,17 +311,18 @@ async fn helm_installed_monitoring_works_against_a_real_prometheus() {
         assert_eq!(labels["container"], container, "{t}");
     }
 
-    // Scenarios: `live` delivers on both dispatchers, `poison` dies on its first event.
+    // Scenarios: `live` delivers on both dispatchers, `poison` dies on its first event, `parts`
+    // has a partition on each dispatcher.
     cp.kubectl_ok(["wait", "--for", "condition=established", "crd/eventconsumers.highwater.dev", "--timeout=60s"])
         .await
         .unwrap();
     kubectl_apply(&cp, CONSUMERS).await;
-    wait_for("2 live shards and a poison shard", Duration::from_secs(60), || async {
+    wait_for("2 live shards, a poison shard and 2 partitions of parts", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards")
             .fetch_one(&pool)
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>((n == 3).then_some(()))
+        Ok::<_, String>((n == 5).then_some(()))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&runner, Some(&prom))));
