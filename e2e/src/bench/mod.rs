@@ -6,7 +6,7 @@
 //! One file per job: [`db`] the database and its settings, [`dispatcher`] the dispatcher
 //! processes, [`report`] the table, one file per scenario ([`drain`], [`latency`], [`append`],
 //! [`idle`], [`fleet`], [`operator`], [`memory`], [`wait`]) and per peer ([`bound`] under pgbench, [`watermill`],
-//! [`river`], both built by [`go_peers`]; [`debezium`] in the [`relay`] scenario).
+//! [`river`], both built by [`go_peers`]; [`debezium`] in the [`relay`] scenario, with [`outbox`] and [`topics`]).
 pub mod append;
 pub mod bound;
 pub mod db;
@@ -19,12 +19,14 @@ pub mod idle;
 pub mod latency;
 pub mod memory;
 pub mod operator;
+pub mod outbox;
 pub mod relay;
 pub mod report;
 pub mod river;
 pub mod scaleout;
 pub mod sizes;
 pub mod storage;
+pub mod topics;
 pub mod wait;
 pub mod watermill;
 

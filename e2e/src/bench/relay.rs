@@ -19,38 +19,27 @@
 //!   default, although the cluster's is off: a walsender only sends WAL that is flushed, and with
 //!   it off a commit waits for the WAL writer's next round (`wal_writer_delay`, 200 ms), a delay
 //!   only Debezium's path would pay. fsync stays off, so the flush costs no disk wait.
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+//!
+//! [`super::outbox`] writes the events, [`super::topics`] creates and reads the topics.
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use rdkafka::{
-    ClientConfig, Message, Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-    consumer::{BaseConsumer, Consumer},
-    message::Timestamp,
-};
 
 use super::{
     BenchDb, Peers, Report, Sizes,
     db::{ScenarioDb, consumer_yaml},
     debezium::{self, DebeziumRelay},
     dispatcher::{self, DispatcherOpts, DispatcherProc},
+    outbox::{fill_both, prepare_outbox, write_both_sql, write_steadily},
     report::{per_s, ratio},
+    topics::{PARTITIONS, commit_to_kafka_ms, create_topics, wait_records},
 };
 use crate::brokers::kafka::{Kafka, KafkaOptions};
 
 const S: &str = "11 relay to Kafka";
-const PARTITIONS: i32 = 3;
 /// The PostgreSQL settings the scenario needs for Debezium's logical replication.
 pub const SETTINGS: [(&str, &str); 3] =
     [("wal_level", "logical"), ("max_replication_slots", "10"), ("max_wal_senders", "10")];
-
-const OUTBOX_TABLE: &str = "CREATE TABLE public.outbox (
-    id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL, type text NOT NULL,
-    payload jsonb NOT NULL)";
 
 const HIGHWATER: &str = "highwater (kafka sink)";
 const DEBEZIUM: &str = "Debezium 3.6.1 (embedded, outbox EventRouter)";
@@ -269,186 +258,6 @@ async fn latency(bench: &BenchDb, sizes: &Sizes, peers: Peers, bootstrap: &str, 
 
 fn kafka_sink(bootstrap: &str, topic: &str) -> String {
     format!("{{kafka: {{brokers: [\"{bootstrap}\"], topic: {topic}}}}}")
-}
-
-async fn create_topics(bootstrap: &str, topics: &[&str]) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
-    // The broker stamps each record as it appends it: the "in Kafka" time of commit-to-Kafka.
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|t| {
-            NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)).set("message.timestamp.type", "LogAppendTime")
-        })
-        .collect();
-    for r in admin.create_topics(&new, &AdminOptions::new()).await? {
-        r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// The outbox table, its publication and the logical replication slot, named `name`. The slot
-/// comes first: it keeps every later change for Debezium, as a slot running in production does.
-async fn prepare_outbox(db: &ScenarioDb, name: &str) -> Result<()> {
-    sqlx::query(OUTBOX_TABLE).execute(&db.pool).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE PUBLICATION {name} FOR TABLE public.outbox")))
-        .execute(&db.pool)
-        .await?;
-    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')").bind(name).execute(&db.pool).await?;
-    Ok(())
-}
-
-/// `n` events, each written to both tables by the same statement, 10,000 per transaction.
-async fn fill_both(db: &ScenarioDb, n: i64) -> Result<()> {
-    let mut from = 1;
-    while from <= n {
-        let to = (from + 9_999).min(n);
-        sqlx::query(
-            "WITH g AS (SELECT g, jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR') AS payload
-                          FROM generate_series($1::bigint, $2::bigint) g),
-                  hw AS (INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
-                         SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', payload,
-                                jsonb_build_object('correlation_id', gen_random_uuid()::text) FROM g)
-             INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
-             SELECT gen_random_uuid(), 'order', 'o-' || (g % 1000), 'OrderPlaced', payload FROM g",
-        )
-        .bind(from)
-        .bind(to)
-        .execute(&db.pool)
-        .await?;
-        from = to + 1;
-    }
-    sqlx::query("VACUUM ANALYZE highwater.events").execute(&db.pool).await?;
-    sqlx::query("VACUUM ANALYZE public.outbox").execute(&db.pool).await?;
-    Ok(())
-}
-
-/// One event into both tables in one statement (one transaction): through `highwater.append`
-/// and as an outbox row, with the same payload; `stamped` adds the commit time in µs.
-fn write_both_sql(stamped: bool) -> String {
-    let stamp = if stamped { ", 'committed_at_us', (extract(epoch FROM clock_timestamp()) * 1e6)::bigint" } else { "" };
-    format!(
-        "WITH p AS (SELECT jsonb_build_object('order_id', $2::bigint, 'amount', 42{stamp}) AS payload),
-              hw AS (SELECT highwater.append('order', $1, 'OrderPlaced', (SELECT payload FROM p)))
-         INSERT INTO public.outbox (id, aggregatetype, aggregateid, type, payload)
-         SELECT gen_random_uuid(), 'order', $1, 'OrderPlaced', payload FROM p, hw"
-    )
-}
-
-/// Writes at `rate` events/s from `writers` tasks for `duration`; returns how many were written.
-async fn write_steadily(url: &str, rate: u32, writers: u32, duration: Duration) -> Result<u64> {
-    let url = format!("{url}?options=-c%20synchronous_commit%3Don");
-    let pool = highwater::db::connect(&url, writers).await?;
-    let check: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&pool).await?;
-    if check != "on" {
-        bail!("the writers' synchronous_commit is {check}, not on");
-    }
-    let per_writer = rate / writers;
-    let period = Duration::from_secs_f64(1.0 / per_writer as f64);
-    let ticks = (duration.as_secs_f64() * per_writer as f64) as u64;
-    let sql: &'static str = Box::leak(write_both_sql(true).into_boxed_str());
-    let mut tasks = Vec::new();
-    for w in 0..writers {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            for i in 0..ticks {
-                tick.tick().await;
-                sqlx::query(sqlx::AssertSqlSafe(sql)).bind(format!("o-{w}-{i}")).bind(i as i64).execute(&pool).await?;
-            }
-            anyhow::Ok(ticks)
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await??;
-    }
-    pool.close().await;
-    Ok(total)
-}
-
-/// A consumer of `topic` from its beginning, on every partition.
-fn consumer(bootstrap: &str, topic: &str) -> Result<BaseConsumer> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("bench-{topic}"))
-        .set("enable.auto.commit", "false")
-        .create()?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-    }
-    c.assign(&tpl)?;
-    Ok(c)
-}
-
-/// Records in `topic` (the sum of its partitions' high watermarks).
-fn count(c: &BaseConsumer, topic: &str) -> Result<i64> {
-    let mut n = 0;
-    for p in 0..PARTITIONS {
-        n += c.fetch_watermarks(topic, p, Duration::from_secs(5))?.1;
-    }
-    Ok(n)
-}
-
-/// Waits until `topic` holds `n` records; returns when the first one appeared, from `since`.
-/// `alive` fails when the relay has died.
-async fn wait_records(
-    bootstrap: &str,
-    topic: &str,
-    n: i64,
-    timeout: Duration,
-    since: Instant,
-    mut alive: impl FnMut() -> Result<()>,
-) -> Result<Duration> {
-    let c = Arc::new(consumer(bootstrap, topic)?);
-    let topic_name = topic.to_owned();
-    let mut first = None;
-    loop {
-        let (c2, t) = (c.clone(), topic_name.clone());
-        let have = tokio::task::spawn_blocking(move || count(&c2, &t)).await??;
-        if have > 0 && first.is_none() {
-            first = Some(since.elapsed());
-        }
-        if have >= n {
-            return Ok(first.unwrap_or_default());
-        }
-        alive().with_context(|| format!("{have} of {n} records in {topic}"))?;
-        if since.elapsed() > timeout {
-            bail!("{have} of {n} records in {topic} after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Reads `n` records of `topic` back: append time minus the commit time in the payload, in ms,
-/// for each record that has one.
-async fn commit_to_kafka_ms(bootstrap: &str, topic: &str, n: usize) -> Result<Vec<f64>> {
-    let c = consumer(bootstrap, topic)?;
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        let mut seen = 0;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while seen < n {
-            if Instant::now() > deadline {
-                bail!("read {seen} of {n} records of {topic} back");
-            }
-            let Some(m) = c.poll(Duration::from_millis(500)) else { continue };
-            let m = m?;
-            seen += 1;
-            let Timestamp::LogAppendTime(appended) = m.timestamp() else {
-                bail!("{topic}: a record without a log append time ({:?})", m.timestamp());
-            };
-            let payload: serde_json::Value = serde_json::from_slice(m.payload().unwrap_or(b"null"))
-                .with_context(|| format!("{topic}: a record whose value is not JSON"))?;
-            if let Some(us) = payload.get("committed_at_us").and_then(serde_json::Value::as_i64) {
-                out.push(appended as f64 - us as f64 / 1000.0);
-            }
-        }
-        Ok(out)
-    })
-    .await?
 }
 
 /// Samples the RSS of `pid` every 50 ms until `stop` resolves; the highest seen.
