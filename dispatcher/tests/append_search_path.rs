@@ -44,6 +44,15 @@ BEGIN INSERT INTO evil.calls VALUES ('pg_notify', current_user); PERFORM pg_cata
 RESET ROLE;
 "#;
 
+/// How often the shadowing operators and functions ran, and how often with another role's rights.
+async fn calls(conn: &mut PgConnection) -> (i64, i64) {
+    // Qualified: this session's own unqualified `<>` would be evil's.
+    let sql = "SELECT count(*) AS n, count(*) FILTER (WHERE by_user OPERATOR(pg_catalog.<>) 'writer') AS owner \
+               FROM evil.calls";
+    let r = sqlx::query(sql).fetch_one(conn).await.unwrap();
+    (r.get::<i64, _>("n"), r.get::<i64, _>("owner"))
+}
+
 #[tokio::test]
 async fn a_hostile_search_path_reaches_nothing_inside_append() {
     let db = setup(&["Known"]).await;
@@ -56,13 +65,6 @@ async fn a_hostile_search_path_reaches_nothing_inside_append() {
     // The shadowing works where names are not qualified: the test can fail.
     let eq: bool = sqlx::query_scalar("SELECT 'a'::text = 'a'::text").fetch_one(&mut conn).await.unwrap();
     assert!(eq);
-    let calls = |conn: &mut PgConnection| {
-        let sql = "SELECT count(*) AS n, count(*) FILTER (WHERE by_user <> 'writer') AS owner FROM evil.calls";
-        async move {
-            let r = sqlx::query(sql).fetch_one(conn).await.unwrap();
-            (r.get::<i64, _>("n"), r.get::<i64, _>("owner"))
-        }
-    };
     assert_eq!(calls(&mut conn).await, (1, 0), "the unqualified `=` above went through evil");
 
     // Every path through append: the common one, metadata merged, tenant from the setting, the
