@@ -20,6 +20,7 @@ use crate::status::EventConsumerStatus;
     printcolumn(name = "Delivery", type_ = "string", json_path = ".spec.delivery"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "Lag", type_ = "integer", json_path = ".status.totalLag"),
+    printcolumn(name = "Partitions", type_ = "string", json_path = ".status.partitions"),
     printcolumn(name = "Rebuild", type_ = "string", json_path = ".status.rebuild"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$')")
@@ -28,6 +29,8 @@ use crate::status::EventConsumerStatus;
 #[x_kube(
     validation = Rule::new("!has(self.sink.sse) || self.delivery == 'PerInstance'")
         .message("sink.sse needs delivery: PerInstance (SSE clients are attached to one dispatcher instance)"),
+    validation = Rule::new("!has(self.partitions) || self.partitions == 1 || self.delivery == 'Shared'")
+        .message("partitions above 1 need delivery: Shared (a PerInstance consumer delivers every event on every instance)"),
     validation = Rule::new("has(self.consumerName) == has(oldSelf.consumerName) && (!has(self.consumerName) || self.consumerName == oldSelf.consumerName)")
         .message("consumerName is immutable: the consumer's cursors belong to its name; create a new resource instead")
 )]
@@ -54,6 +57,14 @@ pub struct ConsumerSpec {
     #[serde(default = "default_batch_size")]
     #[schemars(range(min = 1, max = 10000))]
     pub batch_size: u32,
+    /// Shared consumers only: split the events by a stable hash of (stream type, stream id) into
+    /// this many partitions, each a shard with its own cursor, delivered in parallel by the
+    /// group's dispatchers (each takes its share). One stream's events stay in one partition, in
+    /// order. Changing it waits for every partition to reach one position (a barrier), then splits
+    /// anew from there: nothing lost, nothing applied twice by a SQL sink.
+    #[serde(default = "default_partitions", skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1, max = 256))]
+    pub partitions: u32,
     /// Event types delivered; empty means all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_types: Vec<String>,
@@ -463,6 +474,14 @@ fn default_group() -> String {
 fn default_max_attempts() -> u32 {
     10
 }
+fn default_partitions() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
 fn default_batch_size() -> u32 {
     100
 }

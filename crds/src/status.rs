@@ -29,6 +29,10 @@ pub struct EventConsumerStatus {
     /// The last `highwater.dev/skip-event` annotation value acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_skip: Option<String>,
+    /// A partitioned Shared consumer: partitions with events waiting, of all
+    /// (`3/8 busy`: 3 of 8 partitions busy, the `Partitions` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<String>,
     /// A rebuild in progress: done/total, rate and ETA (the `Rebuild` column).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<String>,
@@ -41,7 +45,7 @@ pub struct EventConsumerStatus {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ShardState {
-    /// `__shared__` or the dispatcher pod's name.
+    /// `__shared__`, a partition `__shared__/p<i>of<n>`, or the dispatcher pod's name.
     pub instance: String,
     /// `idle`, `processing`, `dead` or `disabled`.
     pub status: String,

@@ -4,6 +4,9 @@ use crate::{ConsumerSpec, Delivery};
 
 pub const MAX_MAX_ATTEMPTS: u32 = 1000;
 pub const MAX_BATCH_SIZE: u32 = 10_000;
+/// Partitions of a Shared consumer: beyond a few per dispatcher, a partition's read filters out most
+/// of the rows it scans.
+pub const MAX_PARTITIONS: u32 = 256;
 /// Headers the webhook sink sets itself; a definition that set one would contradict them.
 pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
     "content-type",
@@ -129,6 +132,21 @@ impl ConsumerSpec {
         }
         if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
             problems.push(format!("batchSize: {} is out of range 1..={MAX_BATCH_SIZE}", self.batch_size));
+        }
+        if !(1..=MAX_PARTITIONS).contains(&self.partitions) {
+            problems.push(format!("partitions: {} is out of range 1..={MAX_PARTITIONS}", self.partitions));
+        } else if self.partitions > 1 && self.delivery == crate::Delivery::PerInstance {
+            problems.push(format!(
+                "partitions: {} needs delivery: Shared (a PerInstance consumer delivers every event on every \
+                 instance; there is nothing to split)",
+                self.partitions
+            ));
+        } else if self.partitions > 1 && self.sink.sql.as_ref().is_some_and(|s| s.bootstrap.is_some()) {
+            problems.push(format!(
+                "partitions: {} cannot be combined with sink.sql.bootstrap (the bootstrap's snapshot is kept \
+                 on one shard); bootstrap with partitions: 1, then raise it",
+                self.partitions
+            ));
         }
         if let Err(e) = validate_consumer_name(&self.group) {
             problems.push(format!("group: {}", e.replace("consumer name", "group name")));

@@ -88,4 +88,9 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     let p50 = figure("8 read-your-writes wait", "highwater", "commit-to-wait-return p50");
     assert!(p50 > 0.0 && p50 <= figure("8 read-your-writes wait", "highwater", "commit-to-wait-return max"));
     assert!(figure("8 read-your-writes wait", "highwater", "wait statements/s") > 0.0);
+    for shape in ["1 dispatcher(s), partitions 1", "1 dispatcher(s), partitions 8", "4 dispatcher(s), partitions 8"] {
+        let subject = format!("highwater, {shape}");
+        assert!(figure("10 scale-out", &subject, "webhook events/s") > 0.0, "{shape}");
+        assert!(figure("10 scale-out", &subject, "SQL projection events/s") > 0.0, "{shape}");
+    }
 }

@@ -6,7 +6,7 @@
 //! installed PrometheusRule (its `for:` durations shortened to 5 s, the one change).
 //!
 //! Scenarios make every panel have something to show: a per-instance consumer that delivers
-//! (`live`), a consumer with maxAttempts 1 and a failing SQL statement (`poison`: failures, a dead
+//! (`live`), a partitioned consumer shared by the dispatchers (`parts`), a consumer with maxAttempts 1 and a failing SQL statement (`poison`: failures, a dead
 //! shard), a slow consumer created behind a backlog of hour-old events (`backlog`: lag in events
 //! and seconds that falls, time to catch up, the lag alert) and a scale-down from 2 dispatchers to
 //! 1 (the operator's shard removal). Then every query of both dashboards, as installed, with the
@@ -72,6 +72,14 @@ spec:
   delivery: Shared
   maxAttempts: 1
   sink: {sql: {statement: 'SELECT 1/0'}}
+---
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: parts, namespace: hw}
+spec:
+  delivery: Shared
+  partitions: 2
+  sink: {log: {target: stderr}}
 "#;
 
 /// Created once the backlog is in: a shared consumer starts from the earliest event.
@@ -303,17 +311,18 @@ async fn helm_installed_monitoring_works_against_a_real_prometheus() {
         assert_eq!(labels["container"], container, "{t}");
     }
 
-    // Scenarios: `live` delivers on both dispatchers, `poison` dies on its first event.
+    // Scenarios: `live` delivers on both dispatchers, `poison` dies on its first event, `parts`
+    // has a partition on each dispatcher.
     cp.kubectl_ok(["wait", "--for", "condition=established", "crd/eventconsumers.highwater.dev", "--timeout=60s"])
         .await
         .unwrap();
     kubectl_apply(&cp, CONSUMERS).await;
-    wait_for("2 live shards and a poison shard", Duration::from_secs(60), || async {
+    wait_for("2 live shards, a poison shard and 2 partitions of parts", Duration::from_secs(60), || async {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards")
             .fetch_one(&pool)
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>((n == 3).then_some(()))
+        Ok::<_, String>((n == 5).then_some(()))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", diagnostics(&runner, Some(&prom))));

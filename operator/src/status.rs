@@ -95,6 +95,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         ),
     ];
     EventConsumerStatus {
+        partitions: partitions(&shards),
         observed_generation: i.generation,
         state: Some(state),
         consumer_name: Some(i.consumer_name.to_owned()),
@@ -106,6 +107,18 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         handled_rebuild: i.previous.and_then(|p| p.handled_rebuild.clone()),
         rebuild: rows.iter().find_map(|r| r.rebuild.as_ref().filter(|p| !p.complete)).map(|p| p.to_string()),
     }
+}
+
+/// `busy/n busy` for a partitioned consumer: partitions with events waiting or a
+/// failing event. During a change of the count the old split is shown until the switch.
+fn partitions(shards: &[ShardState]) -> Option<String> {
+    let parts: Vec<&ShardState> =
+        shards.iter().filter(|s| highwater_crds::parse_partition_instance(&s.instance).is_some()).collect();
+    if parts.is_empty() {
+        return None;
+    }
+    let busy = parts.iter().filter(|s| s.lag > 0 || s.status == "processing" || s.status == "dead").count();
+    Some(format!("{busy}/{} busy", parts.len()))
 }
 
 /// Keeps `lastTransitionTime` while the condition's status is unchanged.

@@ -1,6 +1,6 @@
 //! `kubectl apply` of the examples: a shared SQL projection, a per-instance SSE stream, a
-//! webhook, the Kafka and NATS relays and the log consumers become rows and shards, and `kubectl get ec` shows their
-//! delivery, status and lag.
+//! partitioned webhook, the Kafka and NATS relays and the log consumers become rows and shards
+//! (one per partition), and `kubectl get ec` shows their delivery, status, lag and partitions.
 mod common;
 
 use std::{path::Path, time::Duration};
@@ -38,7 +38,7 @@ async fn kubectl_apply_of_the_examples() {
                 ("order-projection".to_owned(), 1),
                 ("order-relay-kafka".to_owned(), 1),
                 ("order-relay-nats".to_owned(), 1),
-                ("order-webhook".to_owned(), 1),
+                ("order-webhook".to_owned(), 4),
             ]
         }
     })
@@ -55,7 +55,7 @@ async fn kubectl_apply_of_the_examples() {
     let table = w.cp.kubectl_ok(["get", "ec", "-n", "shop"]).await.unwrap();
     println!("{table}");
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, vec!["NAME", "DELIVERY", "STATUS", "LAG", "REBUILD", "AGE"]);
+    assert_eq!(header, vec!["NAME", "DELIVERY", "STATUS", "LAG", "PARTITIONS", "REBUILD", "AGE"]);
     for (name, delivery) in
         [("live-orders", "PerInstance"), ("order-projection", "Shared"), ("order-webhook", "Shared")]
     {
@@ -64,6 +64,8 @@ async fn kubectl_apply_of_the_examples() {
         assert_eq!(cols[1], delivery, "{row}");
         assert_eq!(cols[2], "Ready", "{row}");
     }
+    let webhook = table.lines().find(|l| l.starts_with("order-webhook")).unwrap();
+    assert!(webhook.contains(" 1/4 busy "), "the partition with the event is busy, of 4: {webhook}");
     let ec =
         w.cp.kubectl_ok(["get", "ec", "live-orders", "-n", "shop", "-o", "jsonpath={.status.totalLag}"]).await.unwrap();
     assert_eq!(ec, "2", "one undelivered event on each of the two instances");

@@ -99,12 +99,12 @@ app.kubernetes.io/part-of: highwater
 {{- end -}}
 {{- $_ := set $seen .name true -}}
 {{- end -}}
-{{- if .Values.retention.enabled -}}
+{{- if and .Values.retention.enabled (eq .Values.retention.mode "prune") -}}
 {{- if and .Values.retention.allStreamTypes .Values.retention.streamTypes -}}
 {{- fail "retention: set either streamTypes or allStreamTypes=true, not both" -}}
 {{- end -}}
 {{- if not (or .Values.retention.allStreamTypes .Values.retention.streamTypes) -}}
-{{- fail "retention.enabled needs the stream types to prune: retention.streamTypes={order,payment} or retention.allStreamTypes=true" -}}
+{{- fail "retention.enabled needs the stream types to prune: retention.streamTypes={order,payment} or retention.allStreamTypes=true (or retention.mode=dropPartitions, which drops whole partitions of every stream type)" -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.monitoring.scrape.enabled (eq .Values.monitoring.scrape.kind "ServiceMonitor") (not .Values.dispatchers.service.enabled) -}}

@@ -75,6 +75,10 @@ pub struct DispatchArgs {
     /// Safety-net polling interval while LISTEN works.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub idle_poll_interval: Duration,
+    /// How often this dispatcher refreshes its liveness row; the group shares the partitions of
+    /// partitioned consumers among live dispatchers, and one silent for 5 intervals is gone.
+    #[arg(long, env = "HIGHWATER_MEMBERSHIP_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub membership_interval: Duration,
     /// How long SIGTERM waits for passes in flight.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -180,6 +184,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.poll_interval = a.poll_interval;
             cfg.idle_poll_interval = a.idle_poll_interval;
             cfg.shutdown_grace = a.shutdown_grace;
+            cfg.membership_interval = a.membership_interval;
             cfg.metrics_interval = a.metrics_interval;
             cfg.listen = match a.listen.as_str() {
                 "off" | "" => None,

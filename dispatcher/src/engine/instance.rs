@@ -1,6 +1,6 @@
 //! The dispatcher's instance id: `--instance-id`, then `HIGHWATER_INSTANCE_ID` (the pod name
 //! through the downward API), then a random UUID.
-use highwater_crds::SHARED_INSTANCE;
+use highwater_crds::{SHARED_INSTANCE, is_shared_instance};
 
 use crate::{Error, Result};
 
@@ -12,9 +12,10 @@ pub fn resolve(given: Option<&str>) -> Result<String> {
 }
 
 pub fn validate(id: &str) -> Result<()> {
-    if id == SHARED_INSTANCE {
+    if is_shared_instance(id) {
         return Err(Error::config(format!(
-            "instance id {SHARED_INSTANCE:?} is reserved for the cursor of shared consumers"
+            "instance id {id:?} is reserved: {SHARED_INSTANCE:?} and {SHARED_INSTANCE:?}/... name the cursors of \
+             shared consumers and their partitions"
         ))
         .with_fix(
             "pass another --instance-id / HIGHWATER_INSTANCE_ID (the pod name on Kubernetes), or \

@@ -41,6 +41,11 @@ pub struct SinkLabels {
     pub sink: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsumerLabels {
+    pub consumer: String,
+}
+
 type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -65,6 +70,7 @@ pub struct Metrics {
     pub ready: Gauge,
     pub sink_errors: Family<SinkLabels, Counter>,
     pub sink_publish: Family<SinkLabels, Histogram, fn() -> Histogram>,
+    pub partitions_owned: Family<ConsumerLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -92,6 +98,7 @@ impl Metrics {
             ready: Gauge::default(),
             sink_errors: Family::default(),
             sink_publish: Family::new_with_constructor(latency_histogram),
+            partitions_owned: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -103,6 +110,12 @@ impl Metrics {
             "consumer_lag_seconds",
             "Age of the oldest committed event the shard has not delivered (0 when caught up)",
             m.lag_seconds.clone(),
+        );
+        registry.register(
+            "consumer_partitions_owned",
+            "Partitions of a partitioned Shared consumer that this dispatcher delivers: its share among the \
+             group's live dispatchers",
+            m.partitions_owned.clone(),
         );
         registry.register("events_processed", "Events delivered and acknowledged by the sink", m.processed.clone());
         registry.register(

@@ -151,7 +151,7 @@ pub async fn explain_pending(pool: &PgPool, consumer: &str, instance: Option<&st
         "SELECT s.instance_id, s.status, s.cursor_tx, s.cursor_id, s.last_error
            FROM highwater.consumer_shards s JOIN highwater.consumers c ON c.name = s.consumer
           WHERE s.consumer = $1
-            AND CASE WHEN c.delivery = 'Shared' THEN s.instance_id = '__shared__'
+            AND CASE WHEN c.delivery = 'Shared' THEN highwater.is_shared_shard(s.instance_id)
                      ELSE $2::text IS NULL OR s.instance_id = $2 END
           ORDER BY s.instance_id",
     )

@@ -191,8 +191,13 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
             upsert(&mut tx, d).await?;
         }
         let mut registered = false;
+        let mut repartition = shards::Repartition::None;
         if d.spec.delivery == Delivery::Shared {
             registered |= shards::register(&mut tx, &d.name, SHARED_INSTANCE, None).await?;
+            // A new partition count: refused while a partition is dead (the whole apply rolls
+            // back), else a barrier is set and, where every shard already stands at it, the new
+            // split replaces the old one now.
+            repartition = shards::repartition(&mut tx, &d.name, true).await?;
         }
         // A new read model with a bootstrap is filled from the application's tables before its
         // first event: its shard stays disabled until the bootstrap ran (below, after commit).
@@ -213,7 +218,11 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
             .await?;
         }
         // Only real changes wake the dispatchers: the operator re-applies unchanged specs often.
-        if outcome != Applied::Unchanged || registered || d.spec.suspend != was_suspended {
+        if outcome != Applied::Unchanged
+            || registered
+            || d.spec.suspend != was_suspended
+            || repartition != shards::Repartition::None
+        {
             notify::control(&mut *tx, &d.name).await?;
         }
         out.push((d.name.clone(), outcome));
@@ -238,14 +247,14 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
     sqlx::query(
         "INSERT INTO highwater.consumers
             (name, delivery, consumer_group, max_attempts, batch_size, event_types, start_from,
-             error_mode, suspended, sink, spec, source)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             error_mode, suspended, sink, spec, source, partitions)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (name) DO UPDATE SET
             consumer_group = EXCLUDED.consumer_group, max_attempts = EXCLUDED.max_attempts,
             batch_size = EXCLUDED.batch_size, event_types = EXCLUDED.event_types,
             start_from = EXCLUDED.start_from, error_mode = EXCLUDED.error_mode,
             suspended = EXCLUDED.suspended, sink = EXCLUDED.sink, spec = EXCLUDED.spec,
-            source = EXCLUDED.source, updated_at = now()",
+            source = EXCLUDED.source, partitions = EXCLUDED.partitions, updated_at = now()",
     )
     .bind(&d.name)
     .bind(s.delivery.as_str())
@@ -259,6 +268,7 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
     .bind(Json(&s.sink))
     .bind(Json(s))
     .bind(&d.source)
+    .bind(s.partitions as i32)
     .execute(conn)
     .await?;
     Ok(())

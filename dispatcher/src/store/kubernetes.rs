@@ -1,7 +1,7 @@
 //! The statements the operator needs: consumers declared by `EventConsumer` resources (their
 //! `source` is `kubernetes:<namespace>/<name>`) and the per-pod shards it manages. The operator
 //! writes no SQL of its own.
-use highwater_crds::{Delivery, SHARED_INSTANCE};
+use highwater_crds::Delivery;
 use sqlx::PgPool;
 
 use crate::{Result, definitions::KUBERNETES_SOURCE};
@@ -65,12 +65,11 @@ pub async fn delete_pod_shards_except(
     let (names, uids): (Vec<&str>, Vec<&str>) = live.iter().map(|(n, u)| (n.as_str(), u.as_str())).unzip();
     Ok(sqlx::query_as(
         "DELETE FROM highwater.consumer_shards
-          WHERE consumer = $1 AND pod_uid IS NOT NULL AND instance_id <> $2
-            AND NOT ((instance_id, pod_uid) IN (SELECT * FROM unnest($3::text[], $4::text[])))
+          WHERE consumer = $1 AND pod_uid IS NOT NULL AND NOT highwater.is_shared_shard(instance_id)
+            AND NOT ((instance_id, pod_uid) IN (SELECT * FROM unnest($2::text[], $3::text[])))
          RETURNING instance_id, pod_uid",
     )
     .bind(consumer)
-    .bind(SHARED_INSTANCE)
     .bind(names)
     .bind(uids)
     .fetch_all(pool)

@@ -78,13 +78,19 @@ pub struct Shard {
     pub retry_in_ms: Option<i64>,
     /// Events after the cursor that the read model's bootstrap already saw: never delivered.
     pub skip: Vec<i64>,
+    /// `(index, count)` for a partition of a Shared consumer.
+    pub partition: Option<(i32, i32)>,
+    /// While the consumer's partition count changes: the position this shard delivers up to.
+    pub barrier: Option<Position>,
 }
 
 /// Creates the shard if it does not exist, at the consumer's start position: `earliest` is
 /// before every event; `latest` is the newest event below the fence, so events of transactions
-/// still running are delivered. Returns whether a row was created.
+/// still running are delivered. For a Shared consumer, `SHARED_INSTANCE` stands for its split:
+/// the one shard, or one per partition, created together when the consumer has none (later
+/// splits are made by [`repartition`] only). Returns whether rows were created.
 pub async fn register(conn: &mut PgConnection, consumer: &str, instance: &str, pod_uid: Option<&str>) -> Result<bool> {
-    Ok(register_all(conn, &[(consumer, instance)], pod_uid).await? == 1)
+    Ok(register_all(conn, &[(consumer, instance)], pod_uid).await? > 0)
 }
 
 /// [`register`] for many `(consumer, instance)` shards in one statement (a dispatcher's reload
@@ -94,18 +100,31 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
     let (consumers, instances): (Vec<&str>, Vec<&str>) = shards.iter().copied().unzip();
     let r = sqlx::query(concat!(
         "INSERT INTO highwater.consumer_shards
-                (consumer, instance_id, cursor_tx, cursor_id, status, pod_uid, heartbeat_at)
-         SELECT c.name, w.instance_id, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
+                (consumer, instance_id, partition_index, partition_count, cursor_tx, cursor_id, status,
+                 pod_uid, heartbeat_at)
+         SELECT c.name, x.instance_id, x.part, x.parts, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
                 CASE WHEN c.suspended THEN 'disabled' ELSE 'idle' END, $3, now()
            FROM unnest($1::text[], $2::text[]) AS w(consumer, instance_id)
            JOIN highwater.consumers c ON c.name = w.consumer
+           -- The Shared split: created whole, and only while the consumer has no shared shard (a
+           -- registration racing with a change of partitions must not bring an old split back).
+           CROSS JOIN LATERAL (
+                SELECT w.instance_id, NULL::integer AS part, NULL::integer AS parts
+                 WHERE w.instance_id <> '__shared__' OR c.partitions = 1
+                UNION ALL
+                SELECT highwater.partition_instance(g, c.partitions), g, c.partitions
+                  FROM generate_series(0, c.partitions - 1) g
+                 WHERE w.instance_id = '__shared__' AND c.partitions > 1) x
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
                  WHERE c.start_from = 'latest' AND tx_id < ",
         fence!(),
         "
                  ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
-          ORDER BY c.name, w.instance_id
+          WHERE NOT (w.instance_id = '__shared__' AND EXISTS (
+                SELECT 1 FROM highwater.consumer_shards s
+                 WHERE s.consumer = c.name AND highwater.is_shared_shard(s.instance_id)))
+          ORDER BY c.name, x.instance_id
          ON CONFLICT (consumer, instance_id) DO NOTHING",
     ))
     .bind(consumers)
@@ -139,7 +158,8 @@ pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str
 const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
      (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms, \
-     CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip";
+     CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip, \
+     partition_index, partition_count, barrier_tx, barrier_id";
 
 fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
@@ -153,6 +173,14 @@ fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
         next_attempt_at: r.try_get("next_attempt_at")?,
         retry_in_ms: r.try_get("retry_in_ms")?,
         skip: r.try_get("skip")?,
+        partition: match (r.try_get::<Option<i32>, _>("partition_index")?, r.try_get("partition_count")?) {
+            (Some(i), Some(n)) => Some((i, n)),
+            _ => None,
+        },
+        barrier: match r.try_get::<Option<Xid8>, _>("barrier_tx")? {
+            Some(tx) => Some(Position::from((tx, r.try_get("barrier_id")?))),
+            None => None,
+        },
     })
 }
 
@@ -304,7 +332,14 @@ pub async fn load_and_read(
     let sql = format!(
         "WITH {s},
               sh AS MATERIALIZED (
-                SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2)
+                SELECT {SHARD_COLUMNS},
+                       -- Due for delivery: 1, else 0 (nothing is read). The very test the pass
+                       -- makes of `status` and `retry_in_ms`: a shard read empty while the pass
+                       -- thinks it due would move its cursor past events.
+                       CASE WHEN status IN ('idle', 'processing')
+                                 AND coalesce((extract(epoch FROM next_attempt_at - now()) * 1000)::bigint, 0) <= 0
+                            THEN 1 ELSE 0 END AS due
+                  FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2)
          SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, sh.*, b.*
            FROM s
            CROSS JOIN sh
@@ -313,13 +348,20 @@ pub async fn load_and_read(
            -- with the cursor a lateral reference, PostgreSQL cannot read the partitions of
            -- highwater.events in order and sorts every row after the cursor. Same fence: the
            -- function is STABLE, it runs in this statement's snapshot.
+           -- A partition, or a shard waiting at the barrier of a change of partitions, reads with
+           -- highwater.shard_events_after; every other shard with events_after. The conditions on
+           -- the shard row gate each branch (PostgreSQL runs only the one that applies).
            LEFT JOIN LATERAL (
                 SELECT {columns} FROM highwater.events_after(
-                    sh.cursor_tx, sh.cursor_id, $3::text[],
-                    CASE WHEN sh.status IN ('idle', 'processing') AND coalesce(sh.retry_in_ms, 0) <= 0
-                         THEN $4::bigint ELSE 0 END,
+                    sh.cursor_tx, sh.cursor_id, $3::text[], sh.due * $4::bigint,
                     -- Seen by the read model's bootstrap: passed like events of other types.
-                    sh.skip) e) b ON true
+                    sh.skip) e
+                 WHERE sh.partition_count IS NULL AND sh.barrier_tx IS NULL
+                UNION ALL
+                SELECT {columns} FROM highwater.shard_events_after(
+                    sh.cursor_tx, sh.cursor_id, $3::text[], sh.due * $4::bigint, sh.skip,
+                    sh.partition_index, sh.partition_count, sh.barrier_tx, sh.barrier_id) e
+                 WHERE sh.partition_count IS NOT NULL OR sh.barrier_tx IS NOT NULL) b ON true
           ORDER BY b.tx, b.id",
         s = fence_cte(),
         columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },
@@ -332,7 +374,15 @@ pub async fn load_and_read(
         .fetch_all(conn)
         .await?;
     let Some(first) = rows.first() else { return Ok(None) };
-    Ok(Some((shard_from_row(first)?, batch_from_rows(&rows)?)))
+    let shard = shard_from_row(first)?;
+    let mut batch = batch_from_rows(&rows)?;
+    // A shard waiting at a barrier passes nothing beyond it: what lies there is the new split's.
+    if let (Some(b), Some(h)) = (shard.barrier, batch.head)
+        && h > b
+    {
+        batch.head = Some(b);
+    }
+    Ok(Some((shard, batch)))
 }
 
 /// Decodes the rows of [`read_batch`] and [`load_and_read`]: the fence columns on every row,
@@ -383,7 +433,8 @@ pub async fn advance(
                 delivered_count = delivered_count + $7, heartbeat_at = now(), updated_at = now()
           WHERE consumer = $1 AND instance_id = $2
             AND cursor_tx = $5 AND cursor_id = $6
-            AND status IN ('idle', 'processing')",
+            AND status IN ('idle', 'processing')
+            AND (barrier_tx IS NULL OR ($3, $4) <= (barrier_tx, barrier_id))",
     )
     .bind(&shard.consumer)
     .bind(&shard.instance_id)
@@ -441,6 +492,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
              WHERE consumer = $1 AND instance_id = $2
                AND cursor_tx = $5 AND cursor_id = $6
                AND status IN ('idle', 'processing')
+               AND (barrier_tx IS NULL OR ($3, $4) <= (barrier_tx, barrier_id))
             RETURNING consumer, instance_id),
          parked AS (
             INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
@@ -475,12 +527,11 @@ pub async fn refuse_cursors_ahead(pool: &PgPool, group: &str, instance: &str) ->
         "SELECT consumer, instance_id, cursor_tx, pg_snapshot_xmax(pg_current_snapshot())
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer AND c.consumer_group = $2
-          WHERE s.instance_id IN ($1, $3)
+          WHERE (s.instance_id = $1 OR highwater.is_shared_shard(s.instance_id))
             AND s.cursor_tx >= pg_snapshot_xmax(pg_current_snapshot())",
     )
     .bind(instance)
     .bind(group)
-    .bind(highwater_crds::SHARED_INSTANCE)
     .fetch_all(pool)
     .await?;
     match ahead.first() {
@@ -510,7 +561,8 @@ pub async fn note_error(pool: &PgPool, consumer: &str, instance: &str, error: &s
     let error: String = error.chars().take(2000).collect();
     sqlx::query(
         "UPDATE highwater.consumer_shards SET last_error = $3, updated_at = now()
-          WHERE consumer = $1 AND instance_id = $2 AND last_error IS DISTINCT FROM $3",
+          WHERE consumer = $1 AND last_error IS DISTINCT FROM $3
+            AND (instance_id = $2 OR ($2 = '__shared__' AND highwater.is_shared_shard(instance_id)))",
     )
     .bind(consumer)
     .bind(instance)
@@ -527,4 +579,54 @@ pub async fn heartbeat(pool: &PgPool, instance: &str) -> Result<()> {
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// The shards of Shared consumers among `consumers`, `(consumer, instance)` in order: one per
+/// consumer, or one per partition.
+pub async fn shared_shards(pool: &PgPool, consumers: &[&str]) -> Result<Vec<(String, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT consumer, instance_id FROM highwater.consumer_shards
+          WHERE consumer = ANY ($1) AND highwater.is_shared_shard(instance_id)
+          ORDER BY consumer, partition_index NULLS FIRST",
+    )
+    .bind(consumers)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Where a change of a Shared consumer's partition count stands (`highwater.repartition`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repartition {
+    /// The shards carry the target split.
+    None,
+    /// The old split delivers up to its barrier.
+    Pending,
+    /// The new split replaced the old one at the barrier.
+    Switched,
+}
+
+/// Moves the consumer towards its target split; with `refuse_dead` (an apply), refuses while a
+/// shard is dead (`HW020`, with the dead shards and the fix).
+pub async fn repartition(conn: &mut PgConnection, consumer: &str, refuse_dead: bool) -> Result<Repartition> {
+    let r: String = sqlx::query_scalar("SELECT highwater.repartition($1, $2)")
+        .bind(consumer)
+        .bind(refuse_dead)
+        .fetch_one(conn)
+        .await
+        .map_err(|e| match e.as_database_error() {
+            Some(d) if d.code().as_deref() == Some("HW020") => {
+                let hint = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().and_then(|p| p.hint());
+                let err = Error::refused(d.message().to_owned());
+                match hint {
+                    Some(h) => err.with_fix(h.to_owned()),
+                    None => err,
+                }
+            }
+            _ => e.into(),
+        })?;
+    Ok(match r.as_str() {
+        "pending" => Repartition::Pending,
+        "switched" => Repartition::Switched,
+        _ => Repartition::None,
+    })
 }

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod operator;
 pub mod report;
 pub mod river;
+pub mod scaleout;
 pub mod sizes;
 pub mod storage;
 pub mod wait;

@@ -32,6 +32,9 @@ pub struct Sizes {
     pub operator_consumers: usize,
     /// Scenario 8: waiters pending beside the writers' own waits.
     pub wait_waiters: usize,
+    /// Scenario 10: events per shape, webhook (20 ms per request) and SQL projection.
+    pub scaleout_webhook_events: i64,
+    pub scaleout_sql_events: i64,
 }
 
 impl Sizes {
@@ -56,6 +59,8 @@ impl Sizes {
             operator_deletions: 100,
             operator_consumers: 1000,
             wait_waiters: 1000,
+            scaleout_webhook_events: 3_000,
+            scaleout_sql_events: 200_000,
         }
     }
 
@@ -80,6 +85,8 @@ impl Sizes {
             operator_deletions: 5,
             operator_consumers: 20,
             wait_waiters: 50,
+            scaleout_webhook_events: 100,
+            scaleout_sql_events: 2_000,
         }
     }
 }

@@ -19,7 +19,7 @@ use super::{
     report::{per_s, ratio},
 };
 
-const S: &str = "8 storage";
+const S: &str = "9 storage";
 const TIMEOUT: Duration = Duration::from_secs(1800);
 /// Transaction ids per partition here: the fill burns this many between its chunks, so each
 /// chunk lands in a partition of its own.

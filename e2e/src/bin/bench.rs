@@ -9,7 +9,7 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, storage, wait,
+    BenchDb, Peers, Report, Sizes, append, drain, fleet, idle, latency, memory, operator, scaleout, storage, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -56,6 +56,8 @@ enum Scenario {
     Wait,
     /// 9: partitioned event storage: drain over 30 partitions, retention by DELETE vs by drop.
     Storage,
+    /// 10: one slow Shared consumer over 1 and 4 dispatchers, unpartitioned and with 8 partitions.
+    ScaleOut,
     /// Every scenario above, in one run.
     All,
 }
@@ -153,6 +155,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Storage | All) {
         storage::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, ScaleOut | All) {
+        scaleout::run(&bench, &sizes, &mut report).await?;
     }
     report.header.push(("wall time".into(), format!("{:.0} s", started.elapsed().as_secs_f64())));
     Ok(report)

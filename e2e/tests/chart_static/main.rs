@@ -59,7 +59,7 @@ const REQUIRED_ALERTS: [&str; 11] = [
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 22] = [
+const METRICS: [&str; 23] = [
     "highwater_consumer_lag_events",
     "highwater_rebuild_events_done",
     "highwater_rebuild_events_expected",
@@ -75,6 +75,7 @@ const METRICS: [&str; 22] = [
     "highwater_ready",
     "highwater_sink_errors_total",
     "highwater_sink_publish_seconds",
+    "highwater_consumer_partitions_owned",
     "highwater_operator_reconciles_total",
     "highwater_operator_reconcile_errors_total",
     "highwater_operator_reconcile_duration_seconds",

@@ -160,12 +160,15 @@ fn monitoring_and_optional_objects_render_only_when_enabled() {
             assert_eq!(get(cj, "spec.schedule"), r.v("retention.schedule"), "{}", r.file);
             assert_eq!(str_at(cj, "spec.concurrencyPolicy"), "Forbid", "{}", r.file);
             let args = strings(get(cj, "spec.jobTemplate.spec.template.spec.containers.0.args"));
-            assert_eq!(args[..2], ["events", "prune"], "{}: {args:?}", r.file);
             let days = get(&r.values, "retention.olderThanDays").as_u64().unwrap();
             assert!(args.contains(&format!("--older-than={days}")), "{}: {args:?}", r.file);
-            if r.on("retention.allStreamTypes") {
+            if r.v("retention.mode") == "dropPartitions" {
+                assert_eq!(args, ["events", "drop-partitions", &format!("--older-than={days}")], "{}", r.file);
+            } else if r.on("retention.allStreamTypes") {
+                assert_eq!(args[..2], ["events", "prune"], "{}: {args:?}", r.file);
                 assert!(args.contains(&"--all-stream-types".to_owned()), "{}: {args:?}", r.file);
             } else {
+                assert_eq!(args[..2], ["events", "prune"], "{}: {args:?}", r.file);
                 for t in strings(r.v("retention.streamTypes")) {
                     assert!(args.contains(&format!("--stream-type={t}")), "{}: {args:?}", r.file);
                 }

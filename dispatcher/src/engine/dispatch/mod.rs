@@ -6,13 +6,14 @@ use std::{
     time::Duration,
 };
 
-use highwater_crds::{Delivery, SHARED_INSTANCE};
+use highwater_crds::{Delivery, SHARED_INSTANCE, parse_partition_instance};
 use sqlx::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
 
+mod membership;
 mod observe;
 mod partitions;
 pub mod pass;
@@ -33,6 +34,9 @@ pub struct DispatchConfig {
     /// Reload of the group's definitions (also on every `highwater_control` notification).
     pub refresh_interval: Duration,
     pub heartbeat_interval: Duration,
+    /// Refresh of this dispatcher's liveness row, by which the group shares partitions; a
+    /// dispatcher silent for 5 intervals is gone and its partitions move to the others.
+    pub membership_interval: Duration,
     /// How long SIGTERM waits for passes in flight before abandoning them.
     pub shutdown_grace: Duration,
     /// Where `/metrics`, `/healthz`, `/readyz` and the SSE streams are served; `None`: nowhere.
@@ -67,6 +71,7 @@ impl DispatchConfig {
             idle_poll_interval: Duration::from_secs(1),
             refresh_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(10),
+            membership_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             listen: None,
             metrics_interval: Duration::from_secs(5),
@@ -83,10 +88,12 @@ impl std::fmt::Debug for sse::Tokens {
     }
 }
 
+/// A consumer's workers: one per shard this process may deliver (one, or one per partition).
 struct Running {
     spec: highwater_crds::ConsumerSpec,
+    shards: Vec<String>,
     stop: CancellationToken,
-    handle: JoinHandle<()>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 /// What every reconcile and every worker shares.
@@ -98,6 +105,7 @@ struct Env {
     /// Halted (dead, disabled) shards look again at every refresh, in case they were changed
     /// without a notification (by hand in SQL, say).
     refresh_tx: watch::Sender<u64>,
+    members_tx: watch::Sender<Arc<membership::Members>>,
     metrics: Arc<Metrics>,
     hub: Arc<sse::Hub>,
 }
@@ -117,6 +125,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         head_rx,
         nudge_tx: watch::channel(0u64).0,
         refresh_tx: watch::channel(0u64).0,
+        members_tx: watch::channel(Arc::new(membership::Members::alone(&cfg.instance_id))).0,
         metrics: Arc::new(Metrics::new()),
         hub: Arc::new(sse::Hub::default()),
         cfg,
@@ -153,6 +162,14 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         bg.clone(),
     ));
     tokio::spawn(partitions::run(pool.clone(), bg.clone()));
+    tokio::spawn(membership::run(
+        pool.clone(),
+        cfg.group.clone(),
+        cfg.instance_id.clone(),
+        cfg.membership_interval,
+        env.members_tx.clone(),
+        bg.clone(),
+    ));
     tokio::spawn(observe::run(
         pool.clone(),
         env.metrics.clone(),
@@ -168,6 +185,9 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     env.metrics.ready.set(0);
     drain(running, cfg.shutdown_grace).await;
     bg.cancel();
+    if let Err(e) = membership::leave(&pool, &cfg.instance_id).await {
+        tracing::warn!(error = %e, "could not remove this dispatcher from the live list; the others take its partitions once it ages out");
+    }
     Ok(())
 }
 
@@ -186,6 +206,11 @@ async fn start(env: &Env, running: &mut HashMap<String, Running>, shutdown: &Can
             if !st.consumers.is_empty() {
                 definitions::apply(&env.pool, &st.consumers).await?;
             }
+            // Join the group's live list before the first pass, so partitions are shared from the
+            // start rather than all taken by whoever starts first.
+            let ttl = env.cfg.membership_interval * 5;
+            let members = membership::refresh(&env.pool, &env.cfg.group, &env.cfg.instance_id, ttl).await?;
+            env.members_tx.send_replace(Arc::new(members));
             // Every shard is registered before the first pass (and before the wake-up tasks start).
             reconcile(env, running, true).await
         };
@@ -243,7 +268,7 @@ async fn drain(running: HashMap<String, Running>, grace: Duration) {
     for r in running.values() {
         r.stop.cancel();
     }
-    let all = futures::future::join_all(running.into_values().map(|r| r.handle));
+    let all = futures::future::join_all(running.into_values().flat_map(|r| r.handles));
     if tokio::time::timeout(grace, all).await.is_err() {
         tracing::warn!(grace = ?grace, "passes still running at the deadline were abandoned; their events will be delivered again");
     }
@@ -280,12 +305,14 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
     if startup {
         shards::refuse_cursors_ahead(pool, &cfg.group, &cfg.instance_id).await?;
     }
+    let mut shard_ids = shared_shard_ids(env, &defs).await?;
     let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
     let mut gone = Vec::new();
     running.retain(|name, r| {
-        let keep = wanted.get(name.as_str()).is_some_and(|d| d.spec == r.spec);
+        let keep = wanted.get(name.as_str()).is_some_and(|d| d.spec == r.spec)
+            && shard_ids.get(name.as_str()).is_none_or(|ids| *ids == r.shards);
         if !keep {
-            // The worker finishes its pass; the advisory lock keeps a successor off the shard
+            // The workers finish their pass; the advisory lock keeps a successor off a shard
             // until then.
             r.stop.cancel();
             if !wanted.contains_key(name.as_str()) {
@@ -301,9 +328,10 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
         if running.contains_key(&d.name) {
             continue;
         }
+        let ids = shard_ids.remove(d.name.as_str()).unwrap_or_else(|| vec![shard_instance(cfg, &d).to_owned()]);
         // One consumer that cannot run must not stop the others: its cursor waits, nothing lost.
-        let ctx = match shard_ctx(env, &d).await {
-            Ok(c) => c,
+        let sink = match consumer_sink(env, &d).await {
+            Ok(s) => s,
             Err(e) => {
                 tracing::error!(consumer = %d.name, error = %e, "cannot run consumer; its events wait");
                 let note = format!("cannot run on {}: {e}", cfg.instance_id);
@@ -314,16 +342,48 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
             }
         };
         let stop = CancellationToken::new();
-        let handle = tokio::spawn(worker::run(
-            Arc::new(ctx),
-            env.head_rx.clone(),
-            worker::Wakeups { nudge: env.nudge_tx.subscribe(), refresh: env.refresh_tx.subscribe() },
-            stop.clone(),
-            cfg.poll_interval,
-        ));
-        running.insert(d.name.clone(), Running { spec: d.spec, stop, handle });
+        let mut handles = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let ctx = shard_ctx(env, &d, id, sink.clone())?;
+            handles.push(tokio::spawn(worker::run(
+                Arc::new(ctx),
+                env.head_rx.clone(),
+                worker::Wakeups {
+                    nudge: env.nudge_tx.subscribe(),
+                    refresh: env.refresh_tx.subscribe(),
+                    members: env.members_tx.subscribe(),
+                },
+                stop.clone(),
+                cfg.poll_interval,
+            )));
+        }
+        running.insert(d.name.clone(), Running { spec: d.spec, shards: ids, stop, handles });
     }
     Ok(())
+}
+
+/// The shard ids of the group's Shared consumers (one, or one per partition), after moving any
+/// whose partition count changed towards its new split.
+async fn shared_shard_ids(env: &Env, defs: &[definitions::Definition]) -> Result<HashMap<String, Vec<String>>> {
+    let shared: Vec<&str> =
+        defs.iter().filter(|d| d.spec.delivery == Delivery::Shared).map(|d| d.name.as_str()).collect();
+    let mut ids: HashMap<String, Vec<String>> = HashMap::new();
+    for (consumer, instance) in shards::shared_shards(&env.pool, &shared).await? {
+        ids.entry(consumer).or_default().push(instance);
+    }
+    for d in defs.iter().filter(|d| d.spec.delivery == Delivery::Shared) {
+        let split = ids.get(&d.name).map_or(0, Vec::len) as u32;
+        if split != 0 && split != d.spec.partitions {
+            // A change applied while this dispatcher was away, or whose barrier every shard has
+            // reached already: idempotent, serialised by the consumer's row.
+            let r = shards::repartition(&mut *env.pool.acquire().await?, &d.name, false).await?;
+            if r == shards::Repartition::Switched {
+                let fresh = shards::shared_shards(&env.pool, &[d.name.as_str()]).await?;
+                ids.insert(d.name.clone(), fresh.into_iter().map(|(_, i)| i).collect());
+            }
+        }
+    }
+    Ok(ids)
 }
 
 fn shard_instance<'a>(cfg: &'a DispatchConfig, d: &definitions::Definition) -> &'a str {
@@ -333,8 +393,8 @@ fn shard_instance<'a>(cfg: &'a DispatchConfig, d: &definitions::Definition) -> &
     }
 }
 
-async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::ShardCtx> {
-    let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::config(format!("backoff {s:?}: {e}")));
+/// The consumer's sink, shared by its partitions' workers.
+async fn consumer_sink(env: &Env, d: &definitions::Definition) -> Result<Arc<dyn sink::Sink>> {
     let sink = match &d.spec.sink.sse {
         Some(s) => {
             // A whole batch is handed over at once: a smaller buffer would drop every client.
@@ -343,11 +403,21 @@ async fn shard_ctx(env: &Env, d: &definitions::Definition) -> Result<pass::Shard
         }
         None => sink::build(&d.spec, &env.cfg.webhook_targets)?,
     };
-    let sink = sink::measured(sink, env.metrics.clone(), &d.name);
+    Ok(sink::measured(sink, env.metrics.clone(), &d.name))
+}
+
+fn shard_ctx(
+    env: &Env,
+    d: &definitions::Definition,
+    instance: &str,
+    sink: Arc<dyn sink::Sink>,
+) -> Result<pass::ShardCtx> {
+    let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::config(format!("backoff {s:?}: {e}")));
     Ok(pass::ShardCtx {
         pool: env.pool.clone(),
         consumer: d.name.clone(),
-        instance_id: shard_instance(&env.cfg, d).to_owned(),
+        instance_id: instance.to_owned(),
+        partition: parse_partition_instance(instance),
         backoff_initial: parse(&d.spec.backoff.initial)?,
         backoff_max: parse(&d.spec.backoff.max)?,
         spec: d.spec.clone(),

@@ -88,11 +88,10 @@ async fn stale_shards(pool: &PgPool, group: &str) -> Result<Vec<(String, String,
         "SELECT s.consumer, s.instance_id,
                 extract(epoch FROM now() - coalesce(s.heartbeat_at, s.updated_at))::float8
            FROM highwater.consumer_shards s JOIN highwater.consumers c ON c.name = s.consumer
-          WHERE c.consumer_group = $1 AND s.instance_id <> $2
-            AND coalesce(s.heartbeat_at, s.updated_at) < now() - make_interval(secs => $3)",
+          WHERE c.consumer_group = $1 AND NOT highwater.is_shared_shard(s.instance_id)
+            AND coalesce(s.heartbeat_at, s.updated_at) < now() - make_interval(secs => $2)",
     )
     .bind(group)
-    .bind(highwater_crds::SHARED_INSTANCE)
     .bind(ops::MIN_STALE_AFTER.as_secs_f64())
     .fetch_all(pool)
     .await?)

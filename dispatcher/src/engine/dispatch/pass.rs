@@ -10,7 +10,7 @@ use sqlx::{Connection, PgPool};
 use crate::{
     Position, Result,
     metrics::{Metrics, ShardLabels},
-    shards::{self, Failure, FailureOutcome, Shard, ShardLock},
+    shards::{self, Failure, FailureOutcome, Repartition, Shard, ShardLock},
     sink::{DeliveryContext, Sink, SinkError},
 };
 
@@ -19,6 +19,8 @@ pub struct ShardCtx {
     pub pool: PgPool,
     pub consumer: String,
     pub instance_id: String,
+    /// `(index, count)` when the shard is a partition of a Shared consumer.
+    pub partition: Option<(u32, u32)>,
     pub spec: ConsumerSpec,
     pub sink: Arc<dyn Sink>,
     pub backoff_initial: Duration,
@@ -65,6 +67,9 @@ pub enum Outcome {
     Backoff { cursor: Position, retry_in: Duration },
     /// Dead or disabled: nothing to do until an operator acts.
     Halted { cursor: Position },
+    /// At the barrier of a change of the partition count, waiting for the other partitions: the
+    /// last of them to arrive makes the switch and notifies every dispatcher.
+    AtBarrier { cursor: Position },
     /// Another process holds the shard.
     Busy,
     /// The shard changed under the pass (an operator's change or a deletion); nothing was applied.
@@ -135,6 +140,9 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     if !shard.status.delivers() {
         return Ok(Outcome::Halted { cursor: shard.cursor });
     }
+    if shard.barrier == Some(shard.cursor) {
+        return at_barrier(ctx, conn, shard.cursor).await;
+    }
     if let Some(ms) = shard.retry_in_ms.filter(|ms| *ms > 0) {
         return Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: Duration::from_millis(ms as u64) });
     }
@@ -145,10 +153,12 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         // Nothing for this consumer below the fence: skip past events of other types.
         return match batch.head {
             Some(h) if h > shard.cursor => {
-                if shards::advance(conn, &shard, shard.cursor, h, 0).await? {
-                    Ok(Outcome::CaughtUp { cursor: h })
-                } else {
+                if !shards::advance(conn, &shard, shard.cursor, h, 0).await? {
                     Ok(Outcome::Changed)
+                } else if shard.barrier == Some(h) {
+                    at_barrier(ctx, conn, h).await
+                } else {
+                    Ok(Outcome::CaughtUp { cursor: h })
                 }
             }
             _ => Ok(Outcome::CaughtUp { cursor: shard.cursor }),
@@ -160,6 +170,19 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
     let b = Pass { shard: &shard, events: &batch.events, end, full };
     if ctx.sink.transactional() { transactional(ctx, conn, b).await } else { external(ctx, conn, b).await }
+}
+
+/// Tries the switch to the new split; the shard row is gone when it happened.
+async fn at_barrier(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, cursor: Position) -> Result<Outcome> {
+    match shards::repartition(conn, &ctx.consumer, false).await? {
+        Repartition::Switched => {
+            tracing::info!(consumer = %ctx.consumer, barrier = %cursor, partitions = ctx.spec.partitions, "partitions switched at the barrier");
+            Ok(Outcome::Changed)
+        }
+        Repartition::Pending => Ok(Outcome::AtBarrier { cursor }),
+        // The change was undone (partitions set back) or made by another dispatcher meanwhile.
+        Repartition::None => Ok(Outcome::Changed),
+    }
 }
 
 /// A batch read under the shard's claim, ready to deliver.

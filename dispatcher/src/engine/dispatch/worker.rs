@@ -5,16 +5,48 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    membership::Members,
     pass::{self, Outcome, ShardCtx},
     wakeup::Head,
 };
-use crate::Position;
+use crate::{Position, metrics::ConsumerLabels};
 
 /// Signals besides the head: `nudge` (a control notification: look now) and `refresh` (the
 /// periodic reload: look again if halted).
 pub struct Wakeups {
     pub nudge: watch::Receiver<u64>,
     pub refresh: watch::Receiver<u64>,
+    /// The group's live dispatchers: a partition's worker delivers only while it is this
+    /// dispatcher's share.
+    pub members: watch::Receiver<Arc<Members>>,
+}
+
+/// Keeps `highwater_consumer_partitions_owned` in step with this worker's share, to its end.
+struct Owned<'a> {
+    ctx: &'a ShardCtx,
+    on: bool,
+}
+
+impl Owned<'_> {
+    fn set(&mut self, on: bool) {
+        if self.ctx.partition.is_none() || on == self.on {
+            return;
+        }
+        let g =
+            self.ctx.metrics.partitions_owned.get_or_create(&ConsumerLabels { consumer: self.ctx.consumer.clone() });
+        if on {
+            g.inc()
+        } else {
+            g.dec()
+        };
+        self.on = on;
+    }
+}
+
+impl Drop for Owned<'_> {
+    fn drop(&mut self) {
+        self.set(false);
+    }
 }
 
 pub async fn run(
@@ -30,12 +62,29 @@ pub async fn run(
     let mut halted = false;
     let mut force = true;
     // The shard's claim, kept between the passes of a backlog.
-    let mut claim = None;
+    let mut claim: Option<crate::shards::ShardLock> = None;
     let mut error_delay = Duration::from_millis(200);
-    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx } = wakeups;
+    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, members: mut members_rx } = wakeups;
+    let mut owned = Owned { ctx: &ctx, on: false };
     loop {
         if stop.is_cancelled() {
             return;
+        }
+        let mine = ctx.partition.is_none_or(|(index, _)| members_rx.borrow_and_update().owns(&ctx.consumer, index));
+        owned.set(mine);
+        if !mine {
+            // Another dispatcher's share: hand the claim over and wait for the list to change.
+            if let Some(lock) = claim.take()
+                && let Err(e) = lock.release().await
+            {
+                tracing::warn!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "releasing a partition's claim failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                r = members_rx.changed() => if r.is_err() { return },
+            }
+            force = true;
+            continue;
         }
         let head = head_rx.borrow_and_update().position;
         let behind = match (known, head) {
@@ -64,7 +113,7 @@ pub async fn run(
                             known = Some(cursor);
                             retry_at = Some(Instant::now() + retry_in);
                         }
-                        Outcome::Halted { cursor } => {
+                        Outcome::Halted { cursor } | Outcome::AtBarrier { cursor } => {
                             known = Some(cursor);
                             halted = true;
                         }
@@ -99,6 +148,7 @@ pub async fn run(
                 if r.is_err() { return }
                 force = halted;
             }
+            r = members_rx.changed() => if r.is_err() { return },
             _ = tokio::time::sleep_until(sleep_until) => {}
         }
     }

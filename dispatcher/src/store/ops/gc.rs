@@ -66,10 +66,10 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
         ))
         .with_fix(format!("use at least {}", humantime::format_duration(MIN_STALE_AFTER))));
     }
-    if o.instance.as_deref() == Some(SHARED_INSTANCE) {
+    if o.instance.as_deref().is_some_and(highwater_crds::is_shared_instance) {
         return Err(Error::refused(format!(
-            "gc never deletes {SHARED_INSTANCE} shards: they are the cursor of Shared consumers, not of an \
-             instance"
+            "gc never deletes {SHARED_INSTANCE} shards (nor their partitions): they are the cursors of \
+             Shared consumers, not of an instance"
         ))
         .with_fix("`highwater consumer delete NAME` removes a consumer with its cursor"));
     }
@@ -88,7 +88,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
     let secs = o.stale_after.as_secs_f64();
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "DELETE FROM highwater.consumer_shards s
-          WHERE s.instance_id <> '{SHARED_INSTANCE}'
+          WHERE NOT highwater.is_shared_shard(s.instance_id)
             AND ($1::text IS NULL OR s.consumer = $1) AND ($2::text IS NULL OR s.instance_id = $2)
             AND ($3 OR s.pod_uid IS NULL)
             AND {AGE} > make_interval(secs => $4)
@@ -115,7 +115,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
     report.deleted.sort_by(|a, b| (&a.consumer, &a.instance_id).cmp(&(&b.consumer, &b.instance_id)));
     report.kept_managed = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT s.consumer || '/' || s.instance_id FROM highwater.consumer_shards s
-          WHERE s.instance_id <> '{SHARED_INSTANCE}' AND s.pod_uid IS NOT NULL
+          WHERE NOT highwater.is_shared_shard(s.instance_id) AND s.pod_uid IS NOT NULL
             AND ($1::text IS NULL OR s.consumer = $1) AND ($2::text IS NULL OR s.instance_id = $2)
             AND {AGE} > make_interval(secs => $3)
           ORDER BY 1"

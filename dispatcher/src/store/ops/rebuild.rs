@@ -63,6 +63,16 @@ async fn sql_spec(pool: &PgPool, name: &str, verb: &str) -> Result<(ConsumerSpec
         ))
         .with_fix(format!("`highwater consumer rewind {name} --to earliest` redelivers to every instance")));
     }
+    if spec.partitions > 1 {
+        return Err(Error::refused(format!(
+            "cannot {verb} {name}: it has {} partitions, and a {verb} replays into one shard",
+            spec.partitions
+        ))
+        .with_fix(format!(
+            "apply it with partitions: 1, wait until `highwater consumer status {name}` shows one __shared__ shard, \
+             {verb}, then raise partitions again"
+        )));
+    }
     let Some(sql) = spec.sink.sql.clone() else {
         return Err(Error::refused(format!("cannot {verb} {name}: its sink is not sql (no read model to {verb})"))
             .with_fix(format!("`highwater consumer rewind {name} --to earliest` redelivers every event")));

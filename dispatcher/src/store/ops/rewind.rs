@@ -122,7 +122,9 @@ pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: R
     drop(conn);
     let change = Change {
         verb: "rewind",
-        applies: "true",
+        // While the partition count changes, no cursor of the old split may pass its barrier
+        // (the new split starts there).
+        applies: "s.barrier_tx IS NULL OR ($4, $5) <= (s.barrier_tx, s.barrier_id)",
         set: "cursor_tx = $4, cursor_id = $5,
               status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
@@ -138,7 +140,12 @@ pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: R
         instance,
         change,
         |_| Ok(()),
-        |_, _| "changed while rewinding; run the command again".into(),
+        |_, _| {
+            "changed while rewinding, or its partition count is changing and the target lies beyond the \
+             barrier; run the command again after the switch (`highwater consumer status` shows it), or rewind \
+             to an earlier position"
+                .into()
+        },
     )
     .await
 }

@@ -11,7 +11,8 @@ pub struct Scope {
     pub shared: bool,
     pub group: String,
     pub suspended: bool,
-    /// The one shard addressed, or `None` for every shard of a PerInstance consumer.
+    /// The one shard addressed, or `None` for every shard of a PerInstance consumer (or every
+    /// partition of a partitioned Shared one).
     pub instance: Option<String>,
 }
 
@@ -19,7 +20,7 @@ impl Scope {
     /// ` --instance ID` for a command line that addresses `instance` again, empty for Shared
     /// consumers (whose one shard is the default).
     pub fn instance_flag(&self, instance: &str) -> String {
-        if self.shared { String::new() } else { format!(" --instance {instance}") }
+        if self.shared && instance == SHARED_INSTANCE { String::new() } else { format!(" --instance {instance}") }
     }
 }
 
@@ -37,17 +38,40 @@ pub struct ShardState {
 /// Resolves the consumer and the instance: the `__shared__` shard by default for Shared consumers,
 /// every shard for PerInstance ones. Refuses unknown consumers and instances.
 pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&str>) -> Result<Scope> {
-    let row: Option<(Delivery, String, bool)> =
-        sqlx::query_as("SELECT delivery, consumer_group, suspended FROM highwater.consumers WHERE name = $1")
-            .bind(consumer)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let Some((delivery, group, suspended)) = row else {
+    let row: Option<(Delivery, String, bool, bool)> = sqlx::query_as(
+        "SELECT delivery, consumer_group, suspended,
+                partitions > 1 OR EXISTS (SELECT 1 FROM highwater.consumer_shards s
+                                           WHERE s.consumer = c.name AND s.partition_count IS NOT NULL)
+           FROM highwater.consumers c WHERE name = $1",
+    )
+    .bind(consumer)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some((delivery, group, suspended, partitioned)) = row else {
         return Err(
             Error::refused(format!("no consumer named {consumer:?}")).with_fix("`highwater consumer list` shows them")
         );
     };
     let shared = delivery == Delivery::Shared;
+    if shared && partitioned {
+        if let Some(i) = instance
+            && !highwater_crds::is_shared_instance(i)
+        {
+            return Err(Error::refused(format!(
+                "consumer {consumer} is Shared and partitioned: its shards are its partitions \
+                 (__shared__/p<i>of<n>), there is no instance {i:?}"
+            ))
+            .with_fix(format!(
+                "drop --instance to address every partition, or pick one from `highwater consumer status {consumer}`"
+            )));
+        }
+        let scope =
+            Scope { consumer: consumer.to_owned(), shared, group, suspended, instance: instance.map(str::to_owned) };
+        if states(conn, &scope).await?.is_empty() {
+            return Err(no_shard(&scope));
+        }
+        return Ok(scope);
+    }
     if shared && instance.is_some_and(|i| i != SHARED_INSTANCE) {
         return Err(Error::refused(format!(
             "consumer {consumer} is Shared: its one shard is {SHARED_INSTANCE}, there is no instance {:?}",

@@ -122,15 +122,18 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
                 SELECT count(*) AS lag, min(e.created_at) AS oldest
                   FROM highwater.events e
                  WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
-                   AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))) l ON true
+                   AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))
+                   AND (s.partition_count IS NULL
+                        OR highwater.stream_partition(e.stream_type, e.stream_id, s.partition_count) = s.partition_index)
+                   AND (s.barrier_tx IS NULL OR (e.tx_id, e.id) <= (s.barrier_tx, s.barrier_id))) l ON true
           WHERE ($1::text IS NULL OR s.consumer = $1)
-            AND ($2::text IS NULL OR (c.consumer_group = $2 AND s.instance_id IN ($3, $4)))
+            AND ($2::text IS NULL OR (c.consumer_group = $2
+                 AND (s.instance_id = $3 OR highwater.is_shared_shard(s.instance_id))))
           ORDER BY s.consumer, s.instance_id",
     )
     .bind(f.consumer)
     .bind(group)
     .bind(instance)
-    .bind(highwater_crds::SHARED_INSTANCE)
     .fetch_all(pool)
     .await?;
     for r in &mut rows {
