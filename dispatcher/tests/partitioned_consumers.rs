@@ -202,8 +202,12 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
         apply(&db.pool, &projection("proj", n, 25)).await;
         changes.push(n);
         // Under load the partitions stand at different cursors: the change waits at a barrier.
-        waited_at_barrier +=
-            scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumer_shards WHERE barrier_tx IS NOT NULL").await;
+        let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
+        if rows.iter().any(|r| r.barrier_event_id.is_some()) {
+            waited_at_barrier += 1;
+            let table = highwater::ops::render_table(&rows);
+            assert!(table.contains(&format!("partitions changing to {n}: delivers up to event")), "{table}");
+        }
         if step == 2 {
             // A dispatcher killed while a change waits at its barrier.
             procs.remove(0).sigkill();
@@ -333,4 +337,54 @@ async fn a_stream_always_maps_to_one_partition() {
     .await
     .unwrap();
     assert_ne!(x, y);
+}
+
+/// `consumer status` counts each partition's own events (the lags add up to the backlog, not N
+/// times it), and read-your-writes waits for every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_read_your_writes_count_each_partitions_own_events() {
+    let db = setup(&["Tick"]).await;
+    sqlx::raw_sql(APPLIED).execute(&db.pool).await.unwrap();
+    apply(&db.pool, &projection("proj", 4, 10)).await;
+    let total = write(&db.pool, 2, 12, 5, "s").await;
+    let token = highwater::token(&mut db.pool.acquire().await.unwrap()).await.unwrap();
+    let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r.instance_id.as_str()).collect();
+    assert_eq!(ids, ["__shared__/p0of4", "__shared__/p1of4", "__shared__/p2of4", "__shared__/p3of4"]);
+    assert_eq!(rows.iter().map(|r| r.lag_events).sum::<i64>(), total, "{rows:?}");
+    assert!(rows.iter().all(|r| r.lag_events > 0), "12 streams reach every partition: {rows:?}");
+    let table = highwater::ops::render_table(&rows);
+    assert!(table.contains("__shared__/p3of4"), "{table}");
+    assert!(!highwater::applied::applied(&db.pool, "proj", token, None).await.unwrap(), "nothing delivered yet");
+
+    // Ops address one partition with --instance, or every partition without it.
+    let e = highwater::ops::disable(&db.pool, "proj", Some("d0")).await.unwrap_err().to_string();
+    assert!(e.contains("partitioned") && e.contains("no instance \"d0\""), "{e}");
+    let t = highwater::ops::disable(&db.pool, "proj", Some("__shared__/p1of4")).await.unwrap();
+    assert_eq!(t.len(), 1);
+
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let pool = db.pool.clone();
+    wait_count(
+        &db.pool,
+        "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'proj' AND status = 'idle'
+            AND cursor_id = (SELECT max(id) FROM highwater.events)",
+        3,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        !highwater::applied::applied(&db.pool, "proj", token, None).await.unwrap(),
+        "a disabled partition holds the token back"
+    );
+    assert_eq!(highwater::ops::enable(&db.pool, "proj", None).await.unwrap().len(), 1, "only the disabled one");
+    eventually("the token applied on every partition", Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move { highwater::applied::applied(&pool, "proj", token, None).await.unwrap() }
+    })
+    .await;
+    assert_eq!(scalar_i64(&db.pool, "SELECT count(DISTINCT event_id) FROM applied").await, total);
+    let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.lag_events).sum::<i64>(), 0);
 }

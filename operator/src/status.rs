@@ -95,7 +95,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         ),
     ];
     EventConsumerStatus {
-        partitions: partitions(&shards),
+        partitions: partitions(&shards, rows),
         observed_generation: i.generation,
         state: Some(state),
         consumer_name: Some(i.consumer_name.to_owned()),
@@ -109,16 +109,23 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
     }
 }
 
-/// `busy/n busy` for a partitioned consumer: partitions with events waiting or a
-/// failing event. During a change of the count the old split is shown until the switch.
-fn partitions(shards: &[ShardState]) -> Option<String> {
-    let parts: Vec<&ShardState> =
-        shards.iter().filter(|s| highwater_crds::parse_partition_instance(&s.instance).is_some()).collect();
+/// `busy/n busy` for a partitioned consumer: partitions with events waiting or a failing
+/// event. During a change of the count the old split is shown until the switch, with the target:
+/// `2/8 busy, to 4`.
+fn partitions(shards: &[ShardState], rows: &[ShardStatus]) -> Option<String> {
+    let changing = rows.iter().find(|r| r.barrier_event_id.is_some()).map(|r| r.partitions);
+    let parts: Vec<&ShardState> = shards
+        .iter()
+        .filter(|s| highwater_crds::parse_partition_instance(&s.instance).is_some() || changing.is_some())
+        .collect();
     if parts.is_empty() {
         return None;
     }
     let busy = parts.iter().filter(|s| s.lag > 0 || s.status == "processing" || s.status == "dead").count();
-    Some(format!("{busy}/{} busy", parts.len()))
+    Some(match changing {
+        Some(n) => format!("{busy}/{} busy, to {n}", parts.len()),
+        None => format!("{busy}/{} busy", parts.len()),
+    })
 }
 
 /// Keeps `lastTransitionTime` while the condition's status is unchanged.
@@ -170,6 +177,8 @@ mod tests {
             heartbeat_at: None,
             delivered_count: 5,
             bootstrap_pending: false,
+            partitions: 1,
+            barrier_event_id: None,
             rebuild_done: None,
             rebuild_total: None,
             rebuild_seconds: None,
@@ -180,6 +189,26 @@ mod tests {
 
     fn inputs<'a>(previous: Option<&'a EventConsumerStatus>, now: &'a str) -> Inputs<'a> {
         Inputs { consumer_name: "c", generation: Some(2), suspended: false, problem: None, previous, now }
+    }
+
+    #[test]
+    fn partitions_column_counts_busy_partitions_and_shows_a_change() {
+        let none = compute(&[row("d-0", "idle", 3)], &inputs(None, "t"));
+        assert_eq!(none.partitions, None, "no partitions, no column value");
+        let mut rows = vec![
+            row("__shared__/p0of3", "idle", 0),
+            row("__shared__/p1of3", "idle", 4),
+            row("__shared__/p2of3", "dead", 0),
+        ];
+        assert_eq!(compute(&rows, &inputs(None, "t")).partitions.as_deref(), Some("2/3 busy"));
+        for r in &mut rows {
+            r.partitions = 5;
+            r.barrier_event_id = Some(40);
+        }
+        assert_eq!(compute(&rows, &inputs(None, "t")).partitions.as_deref(), Some("2/3 busy, to 5"));
+        let mut one = row("__shared__", "idle", 2);
+        (one.partitions, one.barrier_event_id) = (4, Some(7));
+        assert_eq!(compute(&[one], &inputs(None, "t")).partitions.as_deref(), Some("1/1 busy, to 4"));
     }
 
     #[test]

@@ -170,6 +170,13 @@ async fn the_api_server_rejects_bad_resources_with_readable_messages() {
             "Unsupported value: \"brotli\"",
         ),
         ("no-brokers", "  delivery: Shared\n  sink: {kafka: {brokers: [], topic: t}}", "spec.sink.kafka.brokers"),
+        ("zero-partitions", "  delivery: Shared\n  partitions: 0\n  sink: {log: {}}", "spec.partitions"),
+        ("many-partitions", "  delivery: Shared\n  partitions: 257\n  sink: {log: {}}", "spec.partitions"),
+        (
+            "split-instances",
+            "  delivery: PerInstance\n  partitions: 4\n  sink: {log: {}}",
+            "partitions above 1 need delivery: Shared",
+        ),
     ];
     for (name, spec, needle) in cases {
         let out = apply(&w, &ec(name, spec)).await;

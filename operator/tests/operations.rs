@@ -242,3 +242,65 @@ async fn a_second_claim_on_a_consumer_name_is_refused_in_status() {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+/// A change of `partitions` while a partition is dead is refused in the status (`InvalidSpec`,
+/// naming the partition and the fix) and changes nothing; once the partition is restarted the
+/// same resource goes through and the new split replaces the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_change_while_a_partition_is_dead_is_refused_in_status() {
+    let w = world(&[]).await;
+    let _op = Operator::start(&w, "op-1", false);
+    let ec = |n: u32| {
+        format!(
+            "apiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: split, namespace: shop}}\n\
+             spec: {{delivery: Shared, partitions: {n}, sink: {{log: {{}}}}}}\n"
+        )
+    };
+    assert!(apply(&w, &ec(2)).await.status.success());
+    let get = |path: &'static str| {
+        let w = &w;
+        async move {
+            w.cp.kubectl_ok(["get", "ec", "split", "-n", "shop", "-o", &format!("jsonpath={path}")])
+                .await
+                .unwrap_or_default()
+        }
+    };
+    eventually("two partitions, Ready", Duration::from_secs(60), || async {
+        shards(&w.pool, "split").await.len() == 2 && get("{.status.state}").await == "Ready"
+    })
+    .await;
+    // A poison event left partition 1 dead (as a dispatcher records it after maxAttempts).
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET status = 'dead', attempts = 10, failing_event_id = 7,
+                last_error = 'boom' WHERE consumer = 'split' AND instance_id = '__shared__/p1of2'",
+    )
+    .execute(&w.pool)
+    .await
+    .unwrap();
+    assert!(apply(&w, &ec(4)).await.status.success(), "the API server accepts the spec");
+    eventually("the change refused in status", Duration::from_secs(60), || async {
+        get("{.status.state}").await == "InvalidSpec"
+    })
+    .await;
+    let msg = get("{.status.conditions[?(@.type==\"Ready\")].message}").await;
+    assert!(
+        msg.contains("partitions cannot change from 2 to 4 while a partition is dead")
+            && msg.contains("__shared__/p1of2 (dead at event 7: boom)")
+            && msg.contains("highwater consumer restart split --instance"),
+        "{msg}"
+    );
+    let ids: Vec<String> = shards(&w.pool, "split").await.into_iter().map(|(i, _)| i).collect();
+    assert_eq!(ids, ["__shared__/p0of2", "__shared__/p1of2"], "nothing changed");
+    let n: i32 = sqlx::query_scalar("SELECT partitions FROM highwater.consumers WHERE name = 'split'")
+        .fetch_one(&w.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 2, "the stored definition is the old one");
+
+    // The fix the message names, then the operator's next reconcile applies the change.
+    highwater::ops::restart(&w.pool, "split", Some("__shared__/p1of2")).await.unwrap();
+    eventually("the new split in force", Duration::from_secs(90), || async {
+        shards(&w.pool, "split").await.len() == 4 && get("{.status.state}").await == "Ready"
+    })
+    .await;
+}

@@ -75,8 +75,9 @@ pub struct DispatchArgs {
     /// Safety-net polling interval while LISTEN works.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub idle_poll_interval: Duration,
-    /// How often this dispatcher refreshes its liveness row; the group shares the partitions of
-    /// partitioned consumers among live dispatchers, and one silent for 5 intervals is gone.
+    /// How often this dispatcher refreshes its liveness row while its group has a partitioned
+    /// consumer (10× less often otherwise); the group shares the partitions among live
+    /// dispatchers, and one silent for 5 intervals is gone.
     #[arg(long, env = "HIGHWATER_MEMBERSHIP_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub membership_interval: Duration,
     /// How long SIGTERM waits for passes in flight.

@@ -79,22 +79,26 @@ pub async fn leave(pool: &PgPool, me: &str) -> Result<()> {
     Ok(())
 }
 
-/// Until `stop`: refreshes every `interval` and publishes changes of the list.
+/// Until `stop`: refreshes every `interval` while the group has a partitioned consumer
+/// (`needed`), every `10 × interval` otherwise (nobody reads the list then, and an idle
+/// dispatcher's statements stay few), and publishes changes of the list. A consumer becoming
+/// partitioned triggers a refresh at once.
 pub async fn run(
     pool: PgPool,
     group: String,
     me: String,
     interval: Duration,
+    mut needed: watch::Receiver<bool>,
     tx: watch::Sender<Arc<Members>>,
     stop: CancellationToken,
 ) {
     let ttl = interval * 5;
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let every = if *needed.borrow_and_update() { interval } else { interval * 10 };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(every) => {}
+            r = needed.changed() => if r.is_err() { return },
         }
         match refresh(&pool, &group, &me, ttl).await {
             Ok(m) => {

@@ -106,6 +106,8 @@ struct Env {
     /// without a notification (by hand in SQL, say).
     refresh_tx: watch::Sender<u64>,
     members_tx: watch::Sender<Arc<membership::Members>>,
+    /// Whether the group has a partitioned consumer: the liveness refresh runs fast only then.
+    partitioned_tx: watch::Sender<bool>,
     metrics: Arc<Metrics>,
     hub: Arc<sse::Hub>,
 }
@@ -126,6 +128,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         nudge_tx: watch::channel(0u64).0,
         refresh_tx: watch::channel(0u64).0,
         members_tx: watch::channel(Arc::new(membership::Members::alone(&cfg.instance_id))).0,
+        partitioned_tx: watch::channel(false).0,
         metrics: Arc::new(Metrics::new()),
         hub: Arc::new(sse::Hub::default()),
         cfg,
@@ -167,6 +170,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         cfg.group.clone(),
         cfg.instance_id.clone(),
         cfg.membership_interval,
+        env.partitioned_tx.subscribe(),
         env.members_tx.clone(),
         bg.clone(),
     ));
@@ -306,6 +310,10 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
         shards::refuse_cursors_ahead(pool, &cfg.group, &cfg.instance_id).await?;
     }
     let mut shard_ids = shared_shard_ids(env, &defs).await?;
+    env.partitioned_tx.send_if_modified(|p| {
+        let now = shard_ids.values().any(|ids| ids.len() > 1) || defs.iter().any(|d| d.spec.partitions > 1);
+        std::mem::replace(p, now) != now
+    });
     let wanted: HashMap<&str, &definitions::Definition> = defs.iter().map(|d| (d.name.as_str(), d)).collect();
     let mut gone = Vec::new();
     running.retain(|name, r| {

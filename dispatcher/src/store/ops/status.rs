@@ -30,6 +30,10 @@ pub struct ShardStatus {
     pub delivered_count: i64,
     /// The shard waits for its bootstrap (`spec.sink.sql.bootstrap`) and is disabled until then.
     pub bootstrap_pending: bool,
+    /// The consumer's partition count as declared; during a change, the shards are still the old
+    /// split's, each delivering up to `barrier_event_id`.
+    pub partitions: i32,
+    pub barrier_event_id: Option<i64>,
     /// A rebuild in progress or finished: events replayed of `rebuild_total`.
     #[serde(skip)]
     pub rebuild_done: Option<i64>,
@@ -109,7 +113,7 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
                 l.lag AS lag_events,
                 extract(epoch FROM now() - l.oldest)::float8 AS lag_seconds,
                 s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,
-                s.delivered_count, s.bootstrap_pending,
+                s.delivered_count, s.bootstrap_pending, c.partitions, s.barrier_id AS barrier_event_id,
                 s.delivered_count - s.rebuild_base AS rebuild_done, s.rebuild_total,
                 extract(epoch FROM clock_timestamp() - s.rebuild_started_at)::float8 AS rebuild_seconds,
                 CASE WHEN s.rebuild_started_at IS NOT NULL
@@ -174,6 +178,17 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
         }
         if let Some(p) = &r.rebuild {
             out.push_str(&format!("{}/{}: rebuild {p}\n", r.consumer, r.instance_id));
+        }
+        if let Some(b) = r.barrier_event_id {
+            let at = if r.cursor_event_id == b {
+                "at the barrier".to_owned()
+            } else {
+                format!("{} event(s) to the barrier", r.lag_events)
+            };
+            out.push_str(&format!(
+                "{}/{}: partitions changing to {}: delivers up to event {b}, then the new split takes over ({at})\n",
+                r.consumer, r.instance_id, r.partitions
+            ));
         }
     }
     out
