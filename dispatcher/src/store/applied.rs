@@ -3,8 +3,9 @@
 //! (`migrations/20261201000010_read_your_writes.sql`, docs/read-your-writes.md).
 use std::{fmt, str::FromStr};
 
-use sqlx::{PgConnection, PgPool, postgres::PgDatabaseError, types::Json};
+use sqlx::{PgConnection, PgPool, postgres::PgDatabaseError};
 
+use super::events::append_query;
 use crate::{Error, NewEvent, Position, Result, Xid8};
 
 /// A read-your-writes token: a transaction id (`xid8`) covering every event whose `tx_id` is at
@@ -62,14 +63,7 @@ pub struct Appended {
 /// `highwater.append_position`, the same checks as `highwater.append`).
 pub async fn append_position(conn: &mut PgConnection, event: &NewEvent) -> Result<Appended> {
     let (id, tx, token): (i64, Xid8, Xid8) =
-        sqlx::query_as("SELECT id, tx_id, token FROM highwater.append_position($1, $2, $3, $4, $5, $6, $7)")
-            .bind(&event.stream_type)
-            .bind(&event.stream_id)
-            .bind(&event.event_type)
-            .bind(Json(&event.payload))
-            .bind(event.metadata.as_ref().map(Json))
-            .bind(&event.tenant_id)
-            .bind(event.expected_version)
+        append_query("SELECT id, tx_id, token FROM highwater.append_position($1, $2, $3, $4, $5, $6, $7)", event)
             .fetch_one(conn)
             .await
             .map_err(Error::from_append)?;

@@ -2,7 +2,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::{PgConnection, types::Json};
+use sqlx::{
+    FromRow, PgConnection, Postgres,
+    postgres::{PgArguments, PgRow},
+    query::QueryAs,
+    types::Json,
+};
 
 use crate::{Error, Position, Result, Xid8};
 
@@ -40,7 +45,21 @@ impl NewEvent {
 /// same function other languages call, so every writer gets the same checks. Returns the id.
 /// The event is delivered once that transaction commits; nothing is stored on error.
 pub async fn append(conn: &mut PgConnection, event: &NewEvent) -> Result<i64> {
-    sqlx::query_scalar("SELECT highwater.append($1, $2, $3, $4, $5, $6, $7)")
+    let (id,): (i64,) = append_query("SELECT highwater.append($1, $2, $3, $4, $5, $6, $7)", event)
+        .fetch_one(conn)
+        .await
+        .map_err(Error::from_append)?;
+    Ok(id)
+}
+
+/// `sql` (a call of `highwater.append` or `highwater.append_position` with `$1`..`$7`) with
+/// `event` bound in the functions' parameter order: stream type, stream id, event type, payload,
+/// metadata, tenant, expected version.
+pub(crate) fn append_query<'q, O>(sql: &'static str, event: &'q NewEvent) -> QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: for<'r> FromRow<'r, PgRow>,
+{
+    sqlx::query_as(sql)
         .bind(&event.stream_type)
         .bind(&event.stream_id)
         .bind(&event.event_type)
@@ -48,9 +67,6 @@ pub async fn append(conn: &mut PgConnection, event: &NewEvent) -> Result<i64> {
         .bind(event.metadata.as_ref().map(Json))
         .bind(&event.tenant_id)
         .bind(event.expected_version)
-        .fetch_one(conn)
-        .await
-        .map_err(Error::from_append)
 }
 
 /// A committed event as delivered to a sink.
