@@ -196,17 +196,46 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
         tokio::spawn(async move { write(&pool, 4, 24, 40, "s").await })
     };
     let mut changes = Vec::new();
-    let mut waited_at_barrier = 0;
+    let mut extra = 0;
     for (step, n) in [4u32, 7, 2, 5, 1, 3].into_iter().enumerate() {
         tokio::time::sleep(Duration::from_millis(600)).await;
+        if step == 1 {
+            // A change that must wait at its barrier: partition 0 of 4 disabled behind the others.
+            let pool = db.pool.clone();
+            eventually("the split of 4 in force", Duration::from_secs(30), || {
+                let pool = pool.clone();
+                async move { shard_ids(&pool, "proj").await.len() == 4 }
+            })
+            .await;
+            highwater::ops::disable(&db.pool, "proj", Some("__shared__/p0of4")).await.unwrap();
+            // Events after the disabled partition's cursor, whether or not the writers still run.
+            extra += write(&db.pool, 1, 8, 1, "extra").await;
+            eventually("another partition ahead of the disabled one", Duration::from_secs(30), || {
+                let pool = pool.clone();
+                async move {
+                    scalar_i64(
+                        &pool,
+                        "SELECT count(*) FROM highwater.consumer_shards o, highwater.consumer_shards d
+                          WHERE d.consumer = 'proj' AND d.instance_id = '__shared__/p0of4' AND o.consumer = 'proj'
+                            AND (o.cursor_tx, o.cursor_id) > (d.cursor_tx, d.cursor_id)",
+                    )
+                    .await
+                        > 0
+                }
+            })
+            .await;
+        }
         apply(&db.pool, &projection("proj", n, 25)).await;
         changes.push(n);
-        // Under load the partitions stand at different cursors: the change waits at a barrier.
-        let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
-        if rows.iter().any(|r| r.barrier_event_id.is_some()) {
-            waited_at_barrier += 1;
+        if step == 1 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
+            assert_eq!(rows.len(), 4, "still the old split: {rows:?}");
+            assert!(rows.iter().all(|r| r.barrier_event_id.is_some()), "{rows:?}");
             let table = highwater::ops::render_table(&rows);
-            assert!(table.contains(&format!("partitions changing to {n}: delivers up to event")), "{table}");
+            assert!(table.contains("__shared__/p0of4: partitions changing to 7: delivers up to event"), "{table}");
+            assert!(table.contains("(at the barrier)"), "the other partitions wait at the barrier: {table}");
+            highwater::ops::enable(&db.pool, "proj", Some("__shared__/p0of4")).await.unwrap();
         }
         if step == 2 {
             // A dispatcher killed while a change waits at its barrier.
@@ -214,7 +243,7 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
             procs.push(Dispatcher::start(&db.url, "d-new", logs.path()));
         }
     }
-    let total = writer.await.unwrap();
+    let total = writer.await.unwrap() + extra;
     wait_applied(&db.pool, total, Duration::from_secs(120)).await;
     let pool = db.pool.clone();
     eventually("the last split (3 partitions) in force", Duration::from_secs(60), || {
@@ -223,7 +252,6 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
     })
     .await;
     assert_exactly_once_in_order(&db.pool, total).await;
-    assert!(waited_at_barrier > 0, "at least one change went through a barrier (not only immediate switches)");
     let barriers =
         scalar_i64(&db.pool, "SELECT count(*) FROM highwater.consumer_shards WHERE barrier_tx IS NOT NULL").await;
     assert_eq!(barriers, 0, "no barrier left once the split is in force");
@@ -260,7 +288,7 @@ async fn bad_partition_counts_are_refused_and_nothing_changes() {
     apply(&db.pool, &poison).await;
     let total = write(&db.pool, 2, 8, 14, "s").await;
     let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
     wait_count(
         &db.pool,
         "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'proj' AND status = 'dead'",
@@ -268,6 +296,8 @@ async fn bad_partition_counts_are_refused_and_nothing_changes() {
         Duration::from_secs(60),
     )
     .await;
+    // Stopped, so that only the refused apply could change the shards below.
+    assert_eq!(d.terminate(Duration::from_secs(15)), Some(0));
     let before: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT instance_id, status, cursor_id FROM highwater.consumer_shards WHERE consumer = 'proj' ORDER BY 1",
     )
