@@ -349,10 +349,11 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
                 continue;
             }
         };
+        // Every shard's context first: nothing is spawned for a consumer that cannot run whole.
+        let ctxs = ids.iter().map(|id| shard_ctx(env, &d, id, sink.clone())).collect::<Result<Vec<_>>>()?;
         let stop = CancellationToken::new();
         let mut handles = Vec::with_capacity(ids.len());
-        for id in &ids {
-            let ctx = shard_ctx(env, &d, id, sink.clone())?;
+        for ctx in ctxs {
             handles.push(tokio::spawn(worker::run(
                 Arc::new(ctx),
                 env.head_rx.clone(),
