@@ -37,12 +37,14 @@ pub mod shutdown;
 pub const VERSION: &str = env!("HIGHWATER_VERSION");
 
 pub use applied::{Appended, Token, append_position, token};
+pub use body::Body;
 pub use devtools::{embedded, quickstart};
 pub use engine::{dispatch, http, instance, metrics, sink, sse, wait, wait_http};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
-    applied, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention, shards,
+    applied, body, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention,
+    shards,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

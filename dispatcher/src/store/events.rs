@@ -1,7 +1,7 @@
 //! Appending events inside the caller's transaction, and the event as sinks see it.
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, value::RawValue};
 use sqlx::{
     FromRow, PgConnection, Postgres,
     postgres::{PgArguments, PgRow},
@@ -9,6 +9,7 @@ use sqlx::{
     types::Json,
 };
 
+use super::body::Body;
 use crate::{Error, Position, Result, Xid8};
 
 /// An event to append. `metadata.correlation_id` is filled in when absent.
@@ -80,8 +81,8 @@ pub struct Event {
     pub stream_version: Option<i64>,
     pub event_type: String,
     pub tenant_id: Option<String>,
-    pub payload: Value,
-    pub metadata: Value,
+    pub payload: Body,
+    pub metadata: Body,
     pub created_at: DateTime<Utc>,
 }
 
@@ -90,8 +91,8 @@ impl Event {
         Position::new(self.tx_id, self.id)
     }
 
-    pub fn correlation_id(&self) -> Option<&str> {
-        self.metadata.get("correlation_id").and_then(Value::as_str)
+    pub fn correlation_id(&self) -> Option<String> {
+        self.metadata.str_field("correlation_id")
     }
 }
 
@@ -104,8 +105,8 @@ pub(crate) struct EventRow {
     pub stream_version: Option<i64>,
     pub event_type: String,
     pub tenant_id: Option<String>,
-    pub payload: Json<Value>,
-    pub metadata: Json<Value>,
+    pub payload: Json<Box<RawValue>>,
+    pub metadata: Json<Box<RawValue>>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -120,8 +121,8 @@ impl TryFrom<EventRow> for Event {
             stream_version: r.stream_version,
             event_type: r.event_type,
             tenant_id: r.tenant_id,
-            payload: r.payload.0,
-            metadata: r.metadata.0,
+            payload: Body::from_raw(r.payload.0),
+            metadata: Body::from_raw(r.metadata.0),
             created_at: r.created_at,
         })
     }

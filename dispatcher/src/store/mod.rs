@@ -1,6 +1,7 @@
 //! The store: highwater's schema and every statement against it. The only layer that writes SQL
 //! against `highwater.*`; the engine, the CLI and the operator call it.
 pub mod applied;
+pub mod body;
 pub mod db;
 pub mod definitions;
 pub mod event_types;

@@ -28,8 +28,17 @@ pub struct Memory {
     pub many_consumers_peak_rss: u64,
 }
 
-/// Drains `events` through `consumers` new consumers with `sink`; returns events/s over all of
-/// them and the dispatcher's peak RSS meanwhile.
+/// What one drain measured.
+struct Drained {
+    per_s: f64,
+    peak_rss: u64,
+    /// The dispatcher's CPU time (user + system) per event delivered, in µs: its own cost, which
+    /// a busy or slow host moves less than the throughput.
+    cpu_us: f64,
+}
+
+/// Drains `events` through `consumers` new consumers with `sink`: events/s over all of them, the
+/// dispatcher's peak RSS and CPU per event meanwhile.
 async fn timed(
     db: &ScenarioDb,
     d: &DispatcherProc,
@@ -38,13 +47,22 @@ async fn timed(
     sink: &str,
     sizes: &Sizes,
     last_id: i64,
-) -> Result<(f64, u64)> {
+) -> Result<Drained> {
     let names: Vec<String> = (0..consumers).map(|i| format!("{prefix}-{i}")).collect();
     let yaml: String = names.iter().map(|n| consumer_yaml(n, "drain", sizes.batch, sink)).collect();
+    let cpu = d.cpu()?;
     db.apply(&yaml).await?;
-    let (peak, took) = peak_rss(&[d], db.wait_caught_up(&names, last_id, TIMEOUT)).await;
+    let (peak_rss, took) = peak_rss(&[d], db.wait_caught_up(&names, last_id, TIMEOUT)).await;
     let took = took?;
-    Ok(((sizes.drain_events * consumers as i64) as f64 / took.as_secs_f64(), peak))
+    let events = (sizes.drain_events * consumers as i64) as f64;
+    let cpu_us = (d.cpu()? - cpu).as_secs_f64() * 1e6 / events;
+    Ok(Drained { per_s: events / took.as_secs_f64(), peak_rss, cpu_us })
+}
+
+/// Reports `d`'s CPU per event for the drain `what`.
+fn report_cpu(report: &mut Report, what: &str, d: &Drained) {
+    let metric = format!("dispatcher CPU µs/event, {what}");
+    report.add(S, "highwater", &metric, format!("{:.2}", d.cpu_us), "user + system time of the process");
 }
 
 pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Report) -> Result<Memory> {
@@ -58,18 +76,26 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, peers: Peers, report: &mut Repo
     let n = sizes.drain_events;
     let note = format!("{} events, batch {}", per_s(n as f64), sizes.batch);
 
-    let (noop, peak) = timed(&db, &d, "noop", 1, NOOP_SINK, sizes, last_id).await?;
-    mem.one_consumer_peak_rss = peak;
+    let noop_run = timed(&db, &d, "noop", 1, NOOP_SINK, sizes, last_id).await?;
+    let noop = noop_run.per_s;
+    mem.one_consumer_peak_rss = noop_run.peak_rss;
     report.add(S, "highwater", "events/s, 1 consumer, no-op sink", per_s(noop), &note);
-    let (sql, _) = timed(&db, &d, "projection", 1, PROJECTION_SINK, sizes, last_id).await?;
+    let sql_run = timed(&db, &d, "projection", 1, PROJECTION_SINK, sizes, last_id).await?;
+    let sql = sql_run.per_s;
     report.add(S, "highwater", "events/s, 1 consumer, SQL projection sink (per event)", per_s(sql), &note);
-    let (set, _) = timed(&db, &d, "projection-set", 1, PROJECTION_SET_SINK, sizes, last_id).await?;
+    let set_run = timed(&db, &d, "projection-set", 1, PROJECTION_SET_SINK, sizes, last_id).await?;
+    let set = set_run.per_s;
     report.add(S, "highwater", "events/s, 1 consumer, SQL projection sink (set form)", per_s(set), &note);
     report.add(S, "highwater SQL (per event) / no-op", "1 consumer", ratio(sql, noop), "goal ≥ 0.40×");
     let k = sizes.drain_consumers;
-    let (many, peak) = timed(&db, &d, "many", k, NOOP_SINK, sizes, last_id).await?;
-    mem.many_consumers_peak_rss = peak;
+    let many_run = timed(&db, &d, "many", k, NOOP_SINK, sizes, last_id).await?;
+    let many = many_run.per_s;
+    mem.many_consumers_peak_rss = many_run.peak_rss;
     report.add(S, "highwater", &format!("events/s, {k} consumers, no-op sink (sum)"), per_s(many), &note);
+    report_cpu(report, "1 consumer, no-op sink", &noop_run);
+    report_cpu(report, "1 consumer, SQL projection (per event)", &sql_run);
+    report_cpu(report, "1 consumer, SQL projection (set form)", &set_run);
+    report_cpu(report, &format!("{k} consumers, no-op sink"), &many_run);
     drop(d);
 
     if peers.bound {

@@ -175,6 +175,11 @@ async fn run(args: Args) -> Result<Report> {
     Ok(report)
 }
 
+// The dispatcher's own allocator (dispatcher/src/main.rs): `bench highwater ...` is the dispatcher
+// the scenarios measure.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("highwater") {

@@ -103,16 +103,17 @@ pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, Stri
     if let Some(t) = &ev.tenant_id {
         h.push(("highwater-tenant-id", t.clone()));
     }
-    let meta = |k: &str| ev.metadata.get(k).and_then(serde_json::Value::as_str).filter(|s| !s.is_empty());
-    if let Some(c) = meta("correlation_id") {
-        h.push(("highwater-correlation-id", c.to_owned()));
+    let meta = |k: &str| ev.metadata.str_field(k).filter(|s| !s.is_empty());
+    let correlation = meta("correlation_id");
+    if let Some(c) = &correlation {
+        h.push(("highwater-correlation-id", c.clone()));
     }
     if let Some(c) = meta("causation_id") {
-        h.push(("highwater-causation-id", c.to_owned()));
+        h.push(("highwater-causation-id", c));
     }
     h.push(("highwater-created-at", ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
     h.push(("highwater-consumer", ctx.consumer.to_owned()));
-    if let Some(tp) = trace::traceparent(ev.correlation_id(), &idempotency_key(ctx.consumer, ev.id)) {
+    if let Some(tp) = trace::traceparent(ev.correlation_id().as_deref(), &idempotency_key(ctx.consumer, ev.id)) {
         h.push(("traceparent", tp));
     }
     h
@@ -131,8 +132,8 @@ mod tests {
             stream_version: Some(3),
             event_type: "OrderPlaced".into(),
             tenant_id: None,
-            payload: serde_json::json!({"total": 5}),
-            metadata: serde_json::json!({"correlation_id": "c-1"}),
+            payload: serde_json::json!({"total": 5}).into(),
+            metadata: serde_json::json!({"correlation_id": "c-1"}).into(),
             created_at: chrono::Utc::now(),
         }
     }
