@@ -48,12 +48,6 @@ impl From<Value> for Body {
     }
 }
 
-impl Default for Body {
-    fn default() -> Self {
-        Body(RawValue::NULL.to_owned())
-    }
-}
-
 /// Equal when the texts are: bodies read from `jsonb` are normalised, so equal values have equal
 /// text.
 impl PartialEq for Body {
@@ -79,6 +73,7 @@ mod tests {
         assert_eq!(out, format!("{{\"payload\":{}}}", b.get()));
         let back: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(back["payload"], json!({"note": "a \"quoted\" line\n", "n": 1}));
+        assert_eq!(b.to_value(), json!({"note": "a \"quoted\" line\n", "n": 1}));
     }
 
     #[test]
@@ -89,6 +84,6 @@ mod tests {
         assert_eq!(b.str_field("n"), None);
         assert_eq!(b.str_field("absent"), None);
         assert_eq!(Body::from(json!([1, 2])).str_field("correlation_id"), None);
-        assert_eq!(Body::default().str_field("correlation_id"), None);
+        assert_eq!(Body::from(Value::Null).str_field("correlation_id"), None);
     }
 }
