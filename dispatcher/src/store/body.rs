@@ -30,9 +30,15 @@ impl Body {
     /// The top-level string field `key` of an object body; `None` when the body is not an
     /// object, the field is absent, or it is not a string.
     pub fn str_field(&self, key: &str) -> Option<String> {
+        let [value] = self.str_fields([key]);
+        value
+    }
+
+    /// [`Body::str_field`] for several keys, parsing the body once.
+    pub fn str_fields<const N: usize>(&self, keys: [&str; N]) -> [Option<String>; N] {
         // Owned keys: a borrowed key would fail on any key written with an escape.
-        let fields: std::collections::HashMap<String, &RawValue> = serde_json::from_str(self.get()).ok()?;
-        serde_json::from_str(fields.get(key)?.get()).ok()
+        let fields: Option<std::collections::HashMap<String, &RawValue>> = serde_json::from_str(self.get()).ok();
+        keys.map(|key| serde_json::from_str(fields.as_ref()?.get(key)?.get()).ok())
     }
 }
 
@@ -83,6 +89,7 @@ mod tests {
         assert_eq!(b.str_field("escaped").as_deref(), Some("a\"b"));
         assert_eq!(b.str_field("n"), None);
         assert_eq!(b.str_field("absent"), None);
+        assert_eq!(b.str_fields(["n", "escaped", "correlation_id"]), [None, Some("a\"b".into()), Some("c-1".into())]);
         assert_eq!(Body::from(json!([1, 2])).str_field("correlation_id"), None);
         assert_eq!(Body::from(Value::Null).str_field("correlation_id"), None);
     }

@@ -103,17 +103,18 @@ pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, Stri
     if let Some(t) = &ev.tenant_id {
         h.push(("highwater-tenant-id", t.clone()));
     }
-    let meta = |k: &str| ev.metadata.str_field(k).filter(|s| !s.is_empty());
-    let correlation = meta("correlation_id");
+    // One parse of the metadata for the three headers that read it.
+    let [correlation, causation] =
+        ev.metadata.str_fields(["correlation_id", "causation_id"]).map(|v| v.filter(|s| !s.is_empty()));
     if let Some(c) = &correlation {
         h.push(("highwater-correlation-id", c.clone()));
     }
-    if let Some(c) = meta("causation_id") {
+    if let Some(c) = causation {
         h.push(("highwater-causation-id", c));
     }
     h.push(("highwater-created-at", ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
     h.push(("highwater-consumer", ctx.consumer.to_owned()));
-    if let Some(tp) = trace::traceparent(ev.correlation_id().as_deref(), &idempotency_key(ctx.consumer, ev.id)) {
+    if let Some(tp) = trace::traceparent(correlation.as_deref(), &idempotency_key(ctx.consumer, ev.id)) {
         h.push(("traceparent", tp));
     }
     h
