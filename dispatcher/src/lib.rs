@@ -44,7 +44,7 @@ pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
-    applied, body, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, retention,
-    shards,
+    applied, body, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, read_ahead,
+    retention, shards,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

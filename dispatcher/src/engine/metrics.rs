@@ -41,6 +41,14 @@ pub struct SinkLabels {
     pub sink: String,
 }
 
+/// `outcome`: `used` or `discarded` (see [`crate::read_ahead`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadAheadLabels {
+    pub consumer: String,
+    pub instance_id: String,
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConsumerLabels {
     pub consumer: String,
@@ -71,6 +79,7 @@ pub struct Metrics {
     pub sink_errors: Family<SinkLabels, Counter>,
     pub sink_publish: Family<SinkLabels, Histogram, fn() -> Histogram>,
     pub partitions_owned: Family<ConsumerLabels, Gauge>,
+    pub read_ahead: Family<ReadAheadLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -99,6 +108,7 @@ impl Metrics {
             sink_errors: Family::default(),
             sink_publish: Family::new_with_constructor(latency_histogram),
             partitions_owned: Family::default(),
+            read_ahead: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -170,6 +180,12 @@ impl Metrics {
             "Time from handing a batch to the sink to its acknowledgement (for kafka and nats: every \
              record acknowledged by the brokers)",
             m.sink_publish.clone(),
+        );
+        registry.register(
+            "read_ahead_batches",
+            "Batches read while the previous one was delivered (external sinks, full batches), by whether \
+             the next pass used them or read again because the shard changed meanwhile",
+            m.read_ahead.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -11,5 +11,6 @@ pub mod notify;
 pub mod ops;
 pub mod partitions;
 pub mod position;
+pub mod read_ahead;
 pub mod retention;
 pub mod shards;

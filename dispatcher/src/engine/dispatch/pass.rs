@@ -9,8 +9,9 @@ use sqlx::{Connection, PgPool};
 
 use crate::{
     Position, Result,
-    metrics::{Metrics, ShardLabels},
-    shards::{self, Failure, FailureOutcome, Repartition, Shard, ShardLock},
+    metrics::{Metrics, ReadAheadLabels, ShardLabels},
+    read_ahead::{self, Ahead},
+    shards::{self, Batch, Failure, FailureOutcome, Repartition, Shard, ShardLock},
     sink::{DeliveryContext, Sink, SinkError},
 };
 
@@ -54,6 +55,25 @@ impl ShardCtx {
     fn failed(&self, f: &Failure, events: &[crate::Event]) {
         self.metrics.failed.get_or_create(&self.labels()).inc();
         self.acknowledged(&events[..f.delivered as usize]);
+    }
+
+    fn read_ahead(&self, used: bool) {
+        let outcome = if used { "used" } else { "discarded" };
+        let l = ReadAheadLabels { consumer: self.consumer.clone(), instance_id: self.instance_id.clone(), outcome };
+        self.metrics.read_ahead.get_or_create(&l).inc();
+    }
+}
+
+/// A shard's claim, carried from one pass to the next while a backlog lasts, with the next
+/// batch when it was read ahead ([`read_ahead`]).
+pub struct Claim {
+    lock: ShardLock,
+    next: Option<(Shard, Batch)>,
+}
+
+impl Claim {
+    pub async fn release(self) -> Result<()> {
+        self.lock.release().await
     }
 }
 
@@ -106,35 +126,42 @@ pub fn retry_delay_bounds(initial: Duration, max: Duration, attempts: i32) -> (D
 /// One pass. `claim` carries the shard's claim from one pass to the next while a backlog lasts
 /// (a full batch was delivered), so a drain claims once, not once per batch; it is released as
 /// soon as the shard is caught up, fails, or halts, so that another dispatcher can take over.
-pub async fn run(ctx: &ShardCtx, claim: &mut Option<ShardLock>) -> Result<Outcome> {
-    let mut lock = match claim.take() {
-        Some(lock) => lock,
+pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Outcome> {
+    let Claim { mut lock, mut next } = match claim.take() {
+        Some(claim) => claim,
         None => match shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? {
-            Some(lock) => lock,
+            Some(lock) => Claim { lock, next: None },
             None => return Ok(Outcome::Busy),
         },
     };
-    let outcome = locked(ctx, lock.conn()).await?;
+    let outcome = locked(ctx, lock.conn(), &mut next).await?;
     if matches!(outcome, Outcome::Delivered { more: true, .. }) {
-        *claim = Some(lock);
+        *claim = Some(Claim { lock, next });
     } else {
         lock.release().await?;
     }
     Ok(outcome)
 }
 
-async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome> {
+/// A pass under the claim. `next` holds the batch read ahead by the previous pass, if any (taken
+/// instead of reading), and receives the one this pass reads ahead.
+async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, next: &mut Option<(Shard, Batch)>) -> Result<Outcome> {
     let limit = i64::from(ctx.spec.batch_size);
-    let Some((shard, batch)) = shards::load_and_read(
-        conn,
-        &ctx.consumer,
-        &ctx.instance_id,
-        &ctx.spec.event_types,
-        limit,
-        ctx.sink.needs_bodies(),
-    )
-    .await?
-    else {
+    let read = match next.take() {
+        Some(ready) => Some(ready),
+        None => {
+            shards::load_and_read(
+                conn,
+                &ctx.consumer,
+                &ctx.instance_id,
+                &ctx.spec.event_types,
+                limit,
+                ctx.sink.needs_bodies(),
+            )
+            .await?
+        }
+    };
+    let Some((shard, batch)) = read else {
         return Ok(Outcome::Missing);
     };
     if !shard.status.delivers() {
@@ -153,7 +180,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
         // Nothing for this consumer below the fence: skip past events of other types.
         return match batch.head {
             Some(h) if h > shard.cursor => {
-                if !shards::advance(conn, &shard, shard.cursor, h, 0).await? {
+                if shards::advance(conn, &shard, shard.cursor, h, 0).await?.is_none() {
                     Ok(Outcome::Changed)
                 } else if shard.barrier == Some(h) {
                     at_barrier(ctx, conn, h).await
@@ -169,7 +196,7 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<Outcome
     // head even if the newest events there are of other types.
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
     let b = Pass { shard: &shard, events: &batch.events, end, full };
-    if ctx.sink.transactional() { transactional(ctx, conn, b).await } else { external(ctx, conn, b).await }
+    if ctx.sink.transactional() { transactional(ctx, conn, b).await } else { external(ctx, conn, b, next).await }
 }
 
 /// Tries the switch to the new split; the shard row is gone when it happened.
@@ -211,7 +238,8 @@ async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_
             match deliver(ctx, Some(&mut tx), b.events).await {
                 Ok(()) => {
                     ctx.handler_took(started);
-                    if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+                    if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await?.is_some()
+                    {
                         tx.commit().await?;
                         ctx.acknowledged(b.events);
                         return Ok(b.delivered());
@@ -237,7 +265,7 @@ async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_
         // Commit what was applied; the next pass starts at it with the full limit again.
         Ok(()) if err.deferred => {
             let to = b.events[err.index - 1].position();
-            if shards::advance(&mut tx, b.shard, b.shard.cursor, to, err.index as i64).await? {
+            if shards::advance(&mut tx, b.shard, b.shard.cursor, to, err.index as i64).await?.is_some() {
                 tx.commit().await?;
                 ctx.acknowledged(&b.events[..err.index]);
                 return Ok(Outcome::Delivered { cursor: to, more: true });
@@ -281,21 +309,59 @@ async fn prefix(
     deliver(ctx, Some(tx), &events[..index]).await
 }
 
-/// A webhook, log or SSE sink: no transaction is open while it works (at least once).
-async fn external(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
-    let started = Instant::now();
-    let res = deliver(ctx, None, b.events).await;
-    ctx.handler_took(started);
+/// A webhook, log or SSE sink: no transaction is open while it works (at least once). After a
+/// full batch more may wait: the next one is read meanwhile on the claim's connection, which the
+/// sink does not use, and `next` receives it if the cursor update leaves it standing.
+async fn external(
+    ctx: &ShardCtx,
+    conn: &mut sqlx::PgConnection,
+    b: Pass<'_>,
+    next: &mut Option<(Shard, Batch)>,
+) -> Result<Outcome> {
+    let delivery = async {
+        let started = Instant::now();
+        let res = deliver(ctx, None, b.events).await;
+        ctx.handler_took(started);
+        res
+    };
+    let (res, ahead) = if b.full && b.shard.barrier.is_none() {
+        let types = &ctx.spec.event_types;
+        let limit = i64::from(ctx.spec.batch_size);
+        let read = read_ahead::read(conn, b.shard, b.end, types, limit, ctx.sink.needs_bodies());
+        // The read first: its first poll puts the statement on the wire, so PostgreSQL works
+        // while the sink does (a log or no-op sink may finish without ever yielding).
+        let (ahead, res) = tokio::join!(biased; read, delivery);
+        // A failed read costs only the overlap: the next pass reads again (and meets the same
+        // error, if it lasts, under the usual handling).
+        let ahead = ahead.unwrap_or_else(|e| {
+            tracing::debug!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "read ahead failed");
+            None
+        });
+        (res, Some(ahead))
+    } else {
+        (delivery.await, None)
+    };
     match res {
-        Ok(()) => {
-            if shards::advance(conn, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+        Ok(()) => match shards::advance(conn, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await? {
+            Some(advanced) => {
                 ctx.acknowledged(b.events);
+                if let Some(ahead) = ahead {
+                    *next = ahead.and_then(|a: Ahead| a.after(b.shard.cursor, advanced));
+                    ctx.read_ahead(next.is_some());
+                }
                 Ok(b.delivered())
-            } else {
+            }
+            None => {
+                if ahead.is_some() {
+                    ctx.read_ahead(false);
+                }
                 Ok(Outcome::Changed)
             }
-        }
+        },
         Err(err) => {
+            if ahead.is_some() {
+                ctx.read_ahead(false);
+            }
             let failure = failure(ctx, b.shard, b.events, err.index.min(b.events.len() - 1), err.message);
             if shards::record_failure(conn, b.shard, b.shard.cursor, &failure).await? {
                 ctx.failed(&failure, b.events);

@@ -62,7 +62,7 @@ pub async fn run(
     let mut halted = false;
     let mut force = true;
     // The shard's claim, kept between the passes of a backlog.
-    let mut claim: Option<crate::shards::ShardLock> = None;
+    let mut claim: Option<pass::Claim> = None;
     let mut error_delay = Duration::from_millis(200);
     let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, members: mut members_rx } = wakeups;
     let mut owned = Owned { ctx: &ctx, on: false };

@@ -1,0 +1,69 @@
+//! One transaction that appends many events (a bulk import): each batch read from a cursor inside
+//! it reads about one batch of rows, not every event of the transaction after the cursor.
+mod common;
+
+use common::*;
+use highwater::Xid8;
+
+const EVENTS: i64 = 60_000;
+
+/// Buffers (8 kB pages) the statement `read` touched, from its plan's own accounting, and how
+/// many events it returned: the function's inner statement counts under its node.
+async fn pages_read(conn: &mut sqlx::PgConnection, read: &str, tx: Xid8, id: i64) -> (i64, i64) {
+    let plan: serde_json::Value =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {read}")))
+            .bind(tx)
+            .bind(id)
+            .fetch_one(conn)
+            .await
+            .unwrap();
+    let top = &plan[0]["Plan"];
+    let pages = top["Shared Hit Blocks"].as_i64().unwrap() + top["Shared Read Blocks"].as_i64().unwrap();
+    (top["Actual Rows"].as_i64().unwrap(), pages)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
+    let db = setup(&["OrderPlaced"]).await;
+    sqlx::query(
+        "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
+         SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', jsonb_build_object('n', g)
+           FROM generate_series(1, $1) g",
+    )
+    .bind(EVENTS)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // What autovacuum does after a bulk load: the statistics now say one transaction id.
+    sqlx::query("ANALYZE highwater.events").execute(&db.pool).await.unwrap();
+    let (tx, middle): (Xid8, i64) =
+        sqlx::query_as("SELECT tx_id, id FROM highwater.events ORDER BY tx_id, id OFFSET $1 LIMIT 1")
+            .bind(EVENTS / 2)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let reads = [
+        ("events_after", "SELECT * FROM highwater.events_after($1, $2, '{}', 1000, '{}')"),
+        (
+            "shard_events_after (a partition)",
+            "SELECT * FROM highwater.shard_events_after($1, $2, '{}', 1000, '{}', 0, 1, NULL, NULL)",
+        ),
+    ];
+    // One session: PL/pgSQL keeps a function's plans per session.
+    let conn = &mut *db.pool.acquire().await.unwrap();
+    for (what, read) in reads {
+        // The first call compiles the function and plans its statement (catalog pages); then more
+        // than the five custom plans PL/pgSQL tries before it may settle on a generic one.
+        pages_read(conn, read, tx, middle).await;
+        for _ in 0..8 {
+            let (returned, pages) = pages_read(conn, read, tx, middle).await;
+            assert_eq!(returned, 1000, "{what}");
+            // One batch lies on a few dozen pages; the rest of the transaction on about a thousand.
+            assert!(
+                pages <= 150,
+                "{what}: {pages} pages read for a batch of 1,000 events with {} events after the cursor",
+                EVENTS / 2
+            );
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Reading the next batch while the current one is delivered (external sinks): a batch read ahead
+//! is never delivered when an operator's command lands between its read and the cursor update
+//! that would make it the next batch; a drain that reads ahead delivers every event once, in order.
+mod common;
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{Json, Router, extract::State, routing::post};
+use common::*;
+use highwater::{NewEvent, append, ops};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// A webhook receiver whose first request, while `hold` is set, waits until the gate opens.
+struct Gate {
+    batches: Mutex<Vec<Vec<i64>>>,
+    hold: AtomicBool,
+    open: watch::Sender<bool>,
+}
+
+async fn receive(State(gate): State<Arc<Gate>>, Json(body): Json<Vec<Value>>) -> &'static str {
+    let ids = body.iter().map(|e| e["event"]["id"].as_i64().expect("event.id")).collect();
+    gate.batches.lock().unwrap().push(ids);
+    if gate.hold.swap(false, Ordering::SeqCst) {
+        let mut rx = gate.open.subscribe();
+        rx.wait_for(|open| *open).await.unwrap();
+    }
+    "ok"
+}
+
+async fn metric(port: u16, series: &str) -> f64 {
+    let body = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap().text().await.unwrap();
+    body.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+async fn shard(pool: &sqlx::PgPool) -> (String, i64, i64) {
+    sqlx::query_as("SELECT status, cursor_id, delivered_count FROM highwater.consumer_shards WHERE consumer = 'c'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_batch_read_ahead() {
+    let db = setup(&["OrderPlaced"]).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+
+    let gate =
+        Arc::new(Gate { batches: Mutex::default(), hold: AtomicBool::new(true), open: watch::Sender::new(false) });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new().route("/hook", post(receive)).with_state(gate.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    apply(
+        &db.pool,
+        &consumer("c", &format!("delivery: Shared\nbatchSize: 5\nsink: {{webhook: {{url: 'http://{addr}/hook', batch: true, timeout: 120s}}}}")),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "pod-a", logs.path());
+    let used = "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"used\"}";
+    let discarded =
+        "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"discarded\"}";
+
+    // The first batch (events 1-5) is held at the receiver; meanwhile the pass reads 6-10 ahead.
+    eventually("the first batch at the receiver", Duration::from_secs(60), || async {
+        !gate.batches.lock().unwrap().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ops::disable(&db.pool, "c", None).await.unwrap();
+    gate.open.send_replace(true);
+
+    // The cursor update is refused (the shard is disabled) and the batch read ahead goes with it.
+    eventually("the read ahead discarded", Duration::from_secs(30), || async {
+        metric(d.http_port, discarded).await == 1.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*gate.batches.lock().unwrap(), vec![ids[0..5].to_vec()], "nothing after the held batch was delivered");
+    assert_eq!(shard(&db.pool).await, ("disabled".to_owned(), 0, 0), "the cursor did not move");
+    assert_eq!(metric(d.http_port, used).await, 0.0);
+
+    // Enabled again: the refused batch again (at least once), then every event once, in order,
+    // the drain reading ahead.
+    ops::enable(&db.pool, "c", None).await.unwrap();
+    eventually("every event delivered", Duration::from_secs(60), || async {
+        gate.batches.lock().unwrap().last().and_then(|b| b.last()) == ids.last()
+    })
+    .await;
+    let batches = gate.batches.lock().unwrap().clone();
+    let delivered: Vec<i64> = batches.concat();
+    let expected: Vec<i64> = ids[0..5].iter().chain(&ids).copied().collect();
+    assert_eq!(delivered, expected, "batches {batches:?}");
+    eventually("the cursor at the last event", Duration::from_secs(30), || async {
+        shard(&db.pool).await == ("idle".to_owned(), ids[19], 20)
+    })
+    .await;
+    assert!(metric(d.http_port, used).await >= 3.0, "batches 6-10, 11-15 and 16-20 were read ahead and used");
+    assert_eq!(metric(d.http_port, discarded).await, 1.0);
+}
+
+/// The rule itself, against the database: a read made while the shard was disabled saw it not
+/// due and read nothing, though its head is the newest event; used after an enable and a cursor
+/// update that both succeed, it would move the cursor past every event after the batch. Refused;
+/// a read whose row is the one the update leaves is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_read_while_the_shard_was_not_due_is_never_used() {
+    use highwater::{Position, Xid8, read_ahead, shards};
+    let db = setup(&["OrderPlaced"]).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..20 {
+        append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let at: Vec<Position> =
+        sqlx::query_as::<_, (Xid8, i64)>("SELECT tx_id, id FROM highwater.events ORDER BY tx_id, id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(Position::from)
+            .collect();
+    apply(&db.pool, &consumer("c", "delivery: Shared\nbatchSize: 5\nsink: {log: {}}")).await;
+    let conn = &mut *db.pool.acquire().await.unwrap();
+    shards::register(conn, "c", "__shared__", None).await.unwrap();
+    let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
+
+    // Disabled while the batch after the first five is read; enabled before the cursor update.
+    ops::disable(&db.pool, "c", None).await.unwrap();
+    let ahead = read_ahead::read(conn, &shard, at[4], &[], 5, true).await.unwrap().unwrap();
+    ops::enable(&db.pool, "c", None).await.unwrap();
+    let advanced = shards::advance(conn, &shard, shard.cursor, at[4], 5).await.unwrap().expect("the update succeeds");
+    assert!(ahead.after(shard.cursor, advanced).is_none(), "a read that saw the shard disabled is read again");
+
+    // Nothing changed between the read and the update: the batch is the next five events.
+    let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
+    let ahead = read_ahead::read(conn, &shard, at[9], &[], 5, true).await.unwrap().unwrap();
+    let advanced = shards::advance(conn, &shard, shard.cursor, at[9], 5).await.unwrap().unwrap();
+    let (next, batch) = ahead.after(shard.cursor, advanced).expect("the read stands");
+    assert_eq!(next.cursor, at[9]);
+    assert_eq!(batch.events.iter().map(|e| e.position()).collect::<Vec<_>>(), at[10..15].to_vec());
+}
