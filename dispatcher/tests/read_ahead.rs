@@ -115,10 +115,11 @@ async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_bat
 
 /// The rule itself, against the database: a read made while the shard was disabled saw it not
 /// due and read nothing, though its head is the newest event; used after an enable and a cursor
-/// update that both succeed, it would move the cursor past every event after the batch. Refused;
-/// a read whose row is the one the update leaves is used.
+/// update that both succeed, it would move the cursor past every event after the batch. Refused,
+/// as are reads that missed a change of the events passed over or a barrier (updates that succeed
+/// all the same); a read whose row is the one the update leaves is used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_read_while_the_shard_was_not_due_is_never_used() {
+async fn a_batch_read_ahead_is_used_only_if_the_row_it_saw_still_stands() {
     use highwater::{Position, Xid8, read_ahead, shards};
     let db = setup(&["OrderPlaced"]).await;
     let mut tx = db.pool.begin().await.unwrap();
@@ -146,10 +147,43 @@ async fn a_batch_read_while_the_shard_was_not_due_is_never_used() {
     let advanced = shards::advance(conn, &shard, shard.cursor, at[4], 5).await.unwrap().expect("the update succeeds");
     assert!(ahead.after(shard.cursor, advanced).is_none(), "a read that saw the shard disabled is read again");
 
-    // Nothing changed between the read and the update: the batch is the next five events.
+    // A read model's bootstrap marks an event after the batch as seen meanwhile: the read that
+    // did not pass over it is read again.
+    let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
+    let ahead = read_ahead::read(conn, &shard, at[6], &[], 5, true).await.unwrap().unwrap();
+    sqlx::query("UPDATE highwater.consumer_shards SET bootstrap_snapshot = pg_current_snapshot(), bootstrap_seen = $1")
+        .bind(vec![at[8].id])
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let advanced = shards::advance(conn, &shard, shard.cursor, at[6], 2).await.unwrap().unwrap();
+    assert!(ahead.after(shard.cursor, advanced).is_none(), "a read that missed a change of the events passed over");
+    sqlx::query("UPDATE highwater.consumer_shards SET bootstrap_snapshot = NULL, bootstrap_seen = '{}'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // A change of partitions sets a barrier meanwhile (after the batch): read again, since what
+    // lies past the barrier belongs to the new split.
+    let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
+    let ahead = read_ahead::read(conn, &shard, at[7], &[], 5, true).await.unwrap().unwrap();
+    sqlx::query("UPDATE highwater.consumer_shards SET barrier_tx = $1, barrier_id = $2")
+        .bind(at[9].xid8())
+        .bind(at[9].id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let advanced = shards::advance(conn, &shard, shard.cursor, at[7], 1).await.unwrap().expect("before the barrier");
+    assert!(ahead.after(shard.cursor, advanced).is_none(), "a read that missed a barrier");
+    sqlx::query("UPDATE highwater.consumer_shards SET barrier_tx = NULL, barrier_id = NULL")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+
+    // Nothing changed between the read and the update: the batch is the next events.
     let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
     let ahead = read_ahead::read(conn, &shard, at[9], &[], 5, true).await.unwrap().unwrap();
-    let advanced = shards::advance(conn, &shard, shard.cursor, at[9], 5).await.unwrap().unwrap();
+    let advanced = shards::advance(conn, &shard, shard.cursor, at[9], 2).await.unwrap().unwrap();
     let (next, batch) = ahead.after(shard.cursor, advanced).expect("the read stands");
     assert_eq!(next.cursor, at[9]);
     assert_eq!(batch.events.iter().map(|e| e.position()).collect::<Vec<_>>(), at[10..15].to_vec());
