@@ -159,7 +159,12 @@ async fn run(setup: Setup, running: Arc<Mutex<HashMap<String, Running>>>) {
                     }
                     let name = pod.name_any();
                     let namespace = pod.namespace().unwrap_or_default();
-                    match start(&setup, pod).await {
+                    // A port handed to a process that has not bound it yet is still "free" to the
+                    // next probe: two pods started in one round got the same one (the operator then
+                    // failed with "Address already in use" and its pod stayed without a process).
+                    let given: HashSet<u16> =
+                        running.lock().expect("pod runner lock").values().filter_map(|r| r.port).collect();
+                    match start(&setup, pod, &given).await {
                         Ok((process, port)) => {
                             running.lock().expect("pod runner lock").insert(
                                 uid.clone(),
@@ -182,8 +187,20 @@ async fn run(setup: Setup, running: Arc<Mutex<HashMap<String, Running>>>) {
     }
 }
 
+/// A free loopback port that is not one of `given` (ports of processes that may not have bound
+/// them yet).
+fn unused_port(given: &HashSet<u16>) -> Result<u16> {
+    for _ in 0..100 {
+        let p = free_port()?;
+        if !given.contains(&p) {
+            return Ok(p);
+        }
+    }
+    bail!("no free loopback port outside the {} given to running pods", given.len())
+}
+
 /// Starts the process of `pod`'s first container.
-async fn start(setup: &Setup, pod: &Pod) -> Result<(Process, Option<u16>)> {
+async fn start(setup: &Setup, pod: &Pod, given: &HashSet<u16>) -> Result<(Process, Option<u16>)> {
     let name = pod.name_any();
     let namespace = pod.namespace().unwrap_or_default();
     let spec = pod.spec.as_ref().context("pod without spec")?;
@@ -201,13 +218,11 @@ async fn start(setup: &Setup, pod: &Pod) -> Result<(Process, Option<u16>)> {
     let mut args = Vec::new();
     let mut iter = argv[1..].iter();
     while let Some(a) = iter.next() {
-        if a == "--listen" {
-            iter.next();
-            let p = free_port()?;
-            port = Some(p);
-            args.push(format!("--listen=127.0.0.1:{p}"));
-        } else if a.starts_with("--listen=") {
-            let p = free_port()?;
+        if a == "--listen" || a.starts_with("--listen=") {
+            if a == "--listen" {
+                iter.next();
+            }
+            let p = unused_port(given)?;
             port = Some(p);
             args.push(format!("--listen=127.0.0.1:{p}"));
         } else {
