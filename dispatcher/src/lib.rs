@@ -45,6 +45,6 @@ pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
     applied, body, db, definitions, event_types, events, kubernetes, notify, ops, partitions, position, read_ahead,
-    retention, shards,
+    retention, shards, sleepers,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

@@ -75,6 +75,9 @@ pub struct DispatchArgs {
     /// Safety-net polling interval while LISTEN works.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub idle_poll_interval: Duration,
+    /// Polling interval while events keep coming; writers skip their NOTIFY meanwhile.
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    pub busy_poll_interval: Duration,
     /// How often this dispatcher refreshes its liveness row while its group has a partitioned
     /// consumer (10× less often otherwise); the group shares the partitions among live
     /// dispatchers, and one silent for 5 intervals is gone.
@@ -184,6 +187,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 dispatch::Startup { database_url: url.clone(), connect_timeout: a.connect_timeout, consumers };
             cfg.poll_interval = a.poll_interval;
             cfg.idle_poll_interval = a.idle_poll_interval;
+            cfg.busy_poll_interval = a.busy_poll_interval;
             cfg.shutdown_grace = a.shutdown_grace;
             cfg.membership_interval = a.membership_interval;
             cfg.metrics_interval = a.metrics_interval;

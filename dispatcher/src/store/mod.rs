@@ -14,3 +14,4 @@ pub mod position;
 pub mod read_ahead;
 pub mod retention;
 pub mod shards;
+pub mod sleepers;

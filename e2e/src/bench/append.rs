@@ -3,7 +3,9 @@
 //! NOTIFY trigger), as a plain INSERT into `highwater.events` (the table's own cost), and as a
 //! plain INSERT into a table of the same columns with only a primary key (no `xid8`, no extra
 //! index, no trigger), and as the outbox insert an application writes by hand (id, aggregate
-//! id, type, payload, created_at, a primary key and a created_at index).
+//! id, type, payload, created_at, a primary key and a created_at index). No dispatcher runs, so
+//! no writer notifies (a busy dispatcher's case); the append is measured once more with a
+//! dispatcher asleep, when every commit sends its NOTIFY.
 use anyhow::Result;
 
 use super::{BenchDb, Report, Sizes, bound, report::per_s};
@@ -85,5 +87,24 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
         "the function's checks alone; goal ≤ 1.20×",
     );
     report.add(S, "append API vs outbox INSERT", "time per event", times(rates[3]), "goal ≤ 1.60×");
+
+    // No dispatcher runs above, so nobody sleeps and no writer notifies: the figures of a busy
+    // dispatcher. The same append again with a dispatcher asleep (a sleep mark with a running
+    // lease), when every commit notifies and takes the notify lock.
+    sqlx::query("INSERT INTO highwater.sleepers VALUES ('bench-sleeper', now() + interval '1 hour')")
+        .execute(&db.pool)
+        .await?;
+    let path = dir.path().join("append-asleep.sql");
+    std::fs::write(&path, &scripts()[0].1)?;
+    let out = bound::pgbench(
+        bench.pg.port(),
+        "append",
+        &["-n", "-M", "prepared", "-c", &c, "-j", "2", "-T", &secs, "-f", &path.to_string_lossy()],
+    )?;
+    let asleep = bound::tps(&out)?;
+    let note =
+        format!("{c} pgbench clients, one event per transaction, {secs} s; a dispatcher asleep: every commit notifies");
+    report.add(S, "append API (highwater.append), NOTIFY sent", "events/s", per_s(asleep), note);
+    report.add(S, "append API, NOTIFY sent vs not", "time per event", format!("{:.2}×", rates[0] / asleep), "");
     Ok(())
 }

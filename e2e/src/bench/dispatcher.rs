@@ -22,6 +22,7 @@ pub struct DispatcherOpts {
     pub group: String,
     pub poll_interval: Duration,
     pub idle_poll_interval: Duration,
+    pub busy_poll_interval: Duration,
 }
 
 impl DispatcherOpts {
@@ -30,6 +31,7 @@ impl DispatcherOpts {
             group: group.into(),
             poll_interval: Duration::from_millis(100),
             idle_poll_interval: Duration::from_secs(1),
+            busy_poll_interval: Duration::from_millis(5),
         }
     }
 }
@@ -50,6 +52,7 @@ impl DispatcherProc {
         let child = Command::new(exe()?)
             .args(["highwater", "dispatch", "--group", &opts.group, "--instance-id", instance])
             .args(["--poll-interval", &ms(opts.poll_interval), "--idle-poll-interval", &ms(opts.idle_poll_interval)])
+            .args(["--busy-poll-interval", &ms(opts.busy_poll_interval)])
             .args(["--listen", &format!("127.0.0.1:{http_port}"), "--shutdown-grace", "2s"])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "warn,sqlx=error")

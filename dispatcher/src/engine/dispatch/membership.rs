@@ -57,7 +57,10 @@ pub async fn refresh(pool: &PgPool, group: &str, me: &str, ttl: Duration) -> Res
               -- Rows of dispatchers gone for a day: kept that long only for `consumer top`.
               gone AS (
               DELETE FROM highwater.dispatchers
-               WHERE consumer_group = $2 AND heartbeat_at < now() - interval '1 day')
+               WHERE consumer_group = $2 AND heartbeat_at < now() - interval '1 day'),
+              -- Sleep marks whose lease ran out a day ago: dispatchers long gone.
+              stale AS (
+              DELETE FROM highwater.sleepers WHERE asleep_until < now() - interval '1 day')
          SELECT instance_id FROM highwater.dispatchers
           WHERE consumer_group = $2 AND instance_id <> $1
             AND heartbeat_at > now() - make_interval(secs => $3)

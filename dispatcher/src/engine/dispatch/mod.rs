@@ -21,7 +21,7 @@ mod wakeup;
 mod worker;
 
 pub use observe::fence_age;
-pub use wakeup::{Head, read_head};
+pub use wakeup::{HEAD_QUERY, Head, read_head};
 
 #[derive(Clone, Debug)]
 pub struct DispatchConfig {
@@ -31,6 +31,8 @@ pub struct DispatchConfig {
     pub poll_interval: Duration,
     /// Head polling while LISTEN works and nothing waits: a safety net only.
     pub idle_poll_interval: Duration,
+    /// Head polling while events keep coming (writers do not notify then).
+    pub busy_poll_interval: Duration,
     /// Reload of the group's definitions (also on every `highwater_control` notification).
     pub refresh_interval: Duration,
     pub heartbeat_interval: Duration,
@@ -69,6 +71,7 @@ impl DispatchConfig {
             instance_id: instance_id.to_owned(),
             poll_interval: Duration::from_millis(100),
             idle_poll_interval: Duration::from_secs(1),
+            busy_poll_interval: Duration::from_millis(5),
             refresh_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(10),
             membership_interval: Duration::from_secs(1),
@@ -156,14 +159,8 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
 
     let control_rx = signals.control.subscribe();
     tokio::spawn(wakeup::listen(pool.clone(), signals.clone(), bg.clone()));
-    tokio::spawn(wakeup::poll_head(
-        pool.clone(),
-        signals.clone(),
-        head_tx,
-        cfg.poll_interval,
-        cfg.idle_poll_interval,
-        bg.clone(),
-    ));
+    let pace = wakeup::Pace { fast: cfg.poll_interval, idle: cfg.idle_poll_interval, busy: cfg.busy_poll_interval };
+    tokio::spawn(wakeup::poll_head(pool.clone(), cfg.instance_id.clone(), signals.clone(), head_tx, pace, bg.clone()));
     tokio::spawn(partitions::run(pool.clone(), bg.clone()));
     tokio::spawn(membership::run(
         pool.clone(),
@@ -189,6 +186,9 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     env.metrics.ready.set(0);
     drain(running, cfg.shutdown_grace).await;
     bg.cancel();
+    if let Err(e) = crate::sleepers::forget(&pool, &cfg.instance_id).await {
+        tracing::warn!(error = %e, "could not remove this dispatcher's sleep mark; writers notify until its lease runs out");
+    }
     if let Err(e) = membership::leave(&pool, &cfg.instance_id).await {
         tracing::warn!(error = %e, "could not remove this dispatcher from the live list; the others take its partitions once it ages out");
     }

@@ -2,13 +2,16 @@
 //! of consumers. NOTIFY is only a hint (a reconnect loses notifications), so the head is also
 //! polled: fast while the listener is down or committed events wait above the fence, slowly
 //! otherwise.
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use sqlx::{PgPool, Row, postgres::PgListener};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Position, Result, Xid8};
+use crate::{Position, Result, Xid8, sleepers};
 
 pub use crate::notify::{CONTROL_CHANNEL, EVENTS_CHANNEL};
 
@@ -20,23 +23,47 @@ pub struct Head {
 }
 
 pub async fn read_head(pool: &PgPool) -> Result<Head> {
-    let row = sqlx::query(concat!(
-        "WITH s AS MATERIALIZED (SELECT ",
-        fence!(),
-        " AS fence)
-         SELECT h.tx_id AS tx, h.id,
-                EXISTS (SELECT 1 FROM highwater.events WHERE tx_id >= s.fence) AS pending
+    Ok(read(pool).await?.head)
+}
+
+/// The head read: fence, snapshot xmax, newest event below the fence, and whether any event
+/// waits at or above it. Public for tests that look at its plan.
+pub const HEAD_QUERY: &str = concat!(
+    "WITH s AS MATERIALIZED (SELECT ",
+    fence!(),
+    " AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS xmax)
+         SELECT h.tx_id AS tx, h.id, s.fence, s.xmax,
+                -- Not EXISTS: PostgreSQL drops an EXISTS query's ORDER BY and LIMIT, estimates a
+                -- third of the table above an unknown fence and scans every row of the newest
+                -- partition when none is pending (48 ms at 120,000 rows). In order, the index
+                -- stops at the first row at or above the fence.
+                (SELECT tx_id FROM highwater.events WHERE tx_id >= s.fence
+                  ORDER BY tx_id LIMIT 1) IS NOT NULL AS pending
            FROM s
            LEFT JOIN LATERAL (SELECT tx_id, id FROM highwater.events WHERE tx_id < s.fence
-                               ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true",
-    ))
-    .fetch_one(pool)
-    .await?;
+                               ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true"
+);
+
+/// A head read and the snapshot it was read in.
+struct Read {
+    head: Head,
+    /// The snapshot's xmin: every transaction below it has ended.
+    fence: Xid8,
+    /// The snapshot's xmax: every transaction that had started by then is below it.
+    xmax: Xid8,
+}
+
+async fn read(pool: &PgPool) -> Result<Read> {
+    let row = sqlx::query(HEAD_QUERY).fetch_one(pool).await?;
     let position = match row.try_get::<Option<Xid8>, _>("tx")? {
         Some(tx) => Some(Position::from((tx, row.try_get("id")?))),
         None => None,
     };
-    Ok(Head { position, pending_above_fence: row.try_get("pending")? })
+    Ok(Read {
+        head: Head { position, pending_above_fence: row.try_get("pending")? },
+        fence: row.try_get("fence")?,
+        xmax: row.try_get("xmax")?,
+    })
 }
 
 pub struct Signals {
@@ -86,32 +113,147 @@ async fn connect(pool: &PgPool) -> Result<PgListener> {
     Ok(l)
 }
 
-/// Publishes the head whenever it may have moved.
+/// How the head poller paces itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// While LISTEN is down or committed events wait above the fence.
+    pub fast: Duration,
+    /// While asleep: the safety net under notifications.
+    pub idle: Duration,
+    /// While awake: events keep coming and writers do not notify.
+    pub busy: Duration,
+}
+
+/// Awake this long without the head moving, the poller goes to sleep.
+const QUIET: Duration = Duration::from_millis(100);
+/// Asleep, this many head moves within `QUIET` wake the poller: from about 100 notified commits
+/// a second on, polling every few milliseconds costs fewer reads than a read per notification,
+/// and spares the writers the commit lock.
+const WAKE_MOVES: u32 = 10;
+/// How long a sleep mark holds; renewed at a third of it.
+const LEASE: Duration = Duration::from_secs(60);
+
+/// Where the poller is in the sleep protocol (see `20261202000010_notify_sleepers.sql`).
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Reading the head every `busy`; writers do not notify on this dispatcher's account.
+    Awake { moved: Instant },
+    /// Marked asleep at `since`; reading on until the fence passes `target`, the xmax of the
+    /// first snapshot after the mark, so a writer that read "awake" before the mark committed
+    /// is seen.
+    Settling { since: Instant, target: Option<Xid8> },
+    /// Marked asleep: notifications wake the poller, `idle` is the net. `moves` counts the
+    /// reads that found the head moved since `window`.
+    Asleep { renew: Instant, window: Instant, moves: u32 },
+}
+
+/// Publishes the head whenever it may have moved, and keeps this dispatcher's sleep mark: awake
+/// (polling every `busy`) while the head keeps moving, asleep (notified by writers) once it has
+/// been still for `QUIET`.
 pub async fn poll_head(
     pool: PgPool,
+    instance: String,
     signals: Arc<Signals>,
     head_tx: watch::Sender<Head>,
-    fast: Duration,
-    idle: Duration,
+    pace: Pace,
     stop: CancellationToken,
 ) {
     let listening = signals.listening.subscribe();
+    let mut mode = Mode::Awake { moved: Instant::now() };
     loop {
-        let pending = match read_head(&pool).await {
-            Ok(h) => {
-                head_tx.send_if_modified(|cur| std::mem::replace(cur, h) != h);
-                h.pending_above_fence
-            }
+        let (moved, pending, snapshot) = match read(&pool).await {
+            Ok(r) => (
+                head_tx.send_if_modified(|cur| std::mem::replace(cur, r.head) != r.head),
+                r.head.pending_above_fence,
+                Some((r.fence, r.xmax)),
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the event head failed");
-                true
+                (false, true, None)
             }
         };
-        let wait = if pending || !*listening.borrow() { fast } else { idle };
+        let listening = *listening.borrow();
+        mode = next(&pool, &instance, mode, moved, snapshot, listening).await;
+        let wait = match mode {
+            Mode::Awake { moved } if !listening && moved.elapsed() >= QUIET => pace.fast,
+            Mode::Awake { .. } => pace.busy,
+            // Backing off (each wait as long as the settling so far): most settle at once, and a
+            // long transaction holding the fence is not polled every few milliseconds.
+            Mode::Settling { since, .. } => since.elapsed().max(pace.busy).min(pace.fast.max(pace.busy)),
+            Mode::Asleep { .. } if pending || !listening => pace.fast,
+            Mode::Asleep { .. } => pace.idle,
+        };
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
             _ = signals.events.notified() => {}
+        }
+    }
+}
+
+/// One step of the protocol after a head read. A mark that fails to write leaves the mode as it
+/// was: awake stays awake (polling), asleep stays asleep (writers keep notifying).
+async fn next(
+    pool: &PgPool,
+    me: &str,
+    mode: Mode,
+    moved: bool,
+    snapshot: Option<(Xid8, Xid8)>,
+    listening: bool,
+) -> Mode {
+    let now = Instant::now();
+    match mode {
+        Mode::Awake { moved: last } => {
+            let last = if moved { now } else { last };
+            if !listening || now - last < QUIET {
+                return Mode::Awake { moved: last };
+            }
+            match sleepers::sleep(pool, me, LEASE).await {
+                Ok(()) => Mode::Settling { since: now, target: None },
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not mark this dispatcher asleep; polling on");
+                    Mode::Awake { moved: last }
+                }
+            }
+        }
+        Mode::Settling { since, target } => match snapshot {
+            // The first read after the mark committed names the transactions to wait for.
+            Some((fence, xmax)) => {
+                let target = target.unwrap_or(xmax);
+                if fence >= target {
+                    Mode::Asleep { renew: since + LEASE / 3, window: now, moves: 0 }
+                } else {
+                    Mode::Settling { since, target: Some(target) }
+                }
+            }
+            None => Mode::Settling { since, target },
+        },
+        Mode::Asleep { renew, window, moves } => {
+            let (window, moves) = match (moved, now - window < QUIET) {
+                (false, _) => (window, moves),
+                (true, true) => (window, moves + 1),
+                (true, false) => (now, 1),
+            };
+            if moves >= WAKE_MOVES {
+                match sleepers::wake(pool, me).await {
+                    Ok(()) => return Mode::Awake { moved: now },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not mark this dispatcher awake; writers keep notifying")
+                    }
+                }
+            }
+            if now >= renew {
+                // Settled again: the lease may have run out meanwhile (a slow renewal), and a
+                // writer that saw it expired did not notify.
+                return match sleepers::sleep(pool, me, LEASE).await {
+                    Ok(()) => Mode::Settling { since: now, target: None },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not renew this dispatcher's sleep mark; polling meanwhile");
+                        Mode::Awake { moved: now }
+                    }
+                };
+            }
+            Mode::Asleep { renew, window, moves }
         }
     }
 }
