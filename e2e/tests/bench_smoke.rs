@@ -59,14 +59,15 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     }
     assert!(figure("1 drain", "watermill-sql", "events/s") > 0.0, "watermill-sql peer:\n{md}");
     assert!(figure("1 drain", "River", "jobs/s") > 0.0, "River peer:\n{md}");
-    // One row set per run: NOTIFY at the base and the high rate, polling at the base rate.
+    // One row set per run: NOTIFY at the base, the high and half the high rate, polling at the
+    // base rate.
     let modes: Vec<&str> = rows
         .iter()
         .filter(|r| r[0] == "2 latency" && r[2].starts_with("commit-to-sink p50"))
         .map(|r| r[1].as_str())
         .collect();
-    assert_eq!(modes.len(), 3, "three latency runs:\n{md}");
-    assert_eq!(modes.iter().filter(|m| m.contains("NOTIFY + 1 s safety poll")).count(), 2, "{modes:?}");
+    assert_eq!(modes.len(), 4, "four latency runs:\n{md}");
+    assert_eq!(modes.iter().filter(|m| m.contains("NOTIFY while asleep")).count(), 3, "{modes:?}");
     for mode in modes {
         let p50 = figure("2 latency", mode, "commit-to-sink p50");
         let max = figure("2 latency", mode, "commit-to-sink max");
@@ -75,6 +76,7 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
     assert!(figure("3 append", "outbox INSERT (hand-written outbox table)", "events/s") > 0.0);
     assert!(figure("3 append", "append API (highwater.append)", "events/s") > 0.0);
     assert!(figure("3 append", "plain INSERT (table without xid8, index, trigger)", "events/s") > 0.0);
+    assert!(figure("3 append", "append API (highwater.append), NOTIFY sent", "events/s") > 0.0);
     // Idle dispatchers still poll the head (the safety net), so the figure is never zero.
     assert!(figure("4 idle", "highwater", "statements/s per dispatcher") > 0.0);
     let shares: f64 =
