@@ -233,3 +233,50 @@ async fn set_form_runs_under_the_role_and_reports_a_broken_statement() {
     assert!(error.as_deref().unwrap_or("").contains("relation \"missing\" does not exist"), "{error:?}");
     assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM secrets").await, 0);
 }
+
+/// A drain claims the shard once and keeps it while full batches come: the statement's session
+/// functions are checked (`sql_sink_prepare`, a round trip) once per claim, not once per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_prepares_the_statement_once_per_claim() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
+    // Calls of PL/pgSQL functions, counted for sessions that start from now on.
+    sqlx::raw_sql("ALTER SYSTEM SET track_functions = 'pl'").execute(&db.pool).await.unwrap();
+    sqlx::raw_sql("SELECT pg_reload_conf()").execute(&db.pool).await.unwrap();
+    sqlx::query(
+        "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
+         SELECT 'item', 's' || g, 'Item', jsonb_build_object('n', 1 + g % 7) FROM generate_series(1, 5000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    apply(
+        &db.pool,
+        &consumer(
+            "proj",
+            &format!("delivery: Shared\nbatchSize: 500\nsink: {{sql: {{statement: \"{PER_EVENT_DIVIDE}\"}}}}"),
+        ),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d-1", dir.path());
+    wait_count(&db.pool, "SELECT count(*) FROM proj", 5000, Duration::from_secs(60)).await;
+    // Function statistics reach the shared counters when a session ends or goes idle.
+    d.terminate(Duration::from_secs(20));
+    let calls = |name: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions
+                  WHERE schemaname = 'highwater' AND funcname = $1",
+            )
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (applies, prepares) = (calls("sql_sink_apply").await, calls("sql_sink_prepare").await);
+    assert!(applies >= 10, "ten full batches applied, counted {applies}");
+    assert!(prepares <= 2, "{prepares} prepares for {applies} batches");
+}

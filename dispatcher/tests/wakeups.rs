@@ -113,16 +113,23 @@ async fn burst(pool: &PgPool, n: usize) -> i64 {
     last
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_that_saw_the_dispatcher_awake_is_delivered_after_it_falls_asleep() {
+/// A database with consumer `c` (a SQL sink into `seen`) and dispatcher `d-1` running it, once
+/// it has marked itself asleep.
+async fn asleep_dispatcher() -> (TestDb, impl Drop) {
     let db = setup(&["OrderPlaced"]).await;
     sqlx::query("CREATE TABLE seen (event_id bigint PRIMARY KEY)").execute(&db.pool).await.unwrap();
     apply(&db.pool, &consumer("c", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen VALUES ($2)'}}")).await;
     let dir = tempfile::tempdir().unwrap();
-    let _d = scopeguard(dispatcher(&db, "d-1", dir.path()));
+    let d = scopeguard(dispatcher(&db, "d-1", dir.path()), dir);
+    eventually("the dispatcher to fall asleep", Duration::from_secs(30), || asleep(&db.pool, "d-1")).await;
+    (db, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_saw_the_dispatcher_awake_is_delivered_after_it_falls_asleep() {
+    let (db, _d) = asleep_dispatcher().await;
 
     // Asleep, a single append is delivered through its NOTIFY (every poll is a minute away).
-    eventually("the dispatcher to fall asleep", Duration::from_secs(30), || asleep(&db.pool, "d-1")).await;
     let id = burst(&db.pool, 1).await;
     assert!(delivered(&db.pool, id, Duration::from_secs(5)).await, "an append to a sleeping dispatcher");
 
@@ -159,12 +166,7 @@ async fn a_writer_that_saw_the_dispatcher_awake_is_delivered_after_it_falls_asle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_awake_dispatcher_spares_writers_their_notify() {
-    let db = setup(&["OrderPlaced"]).await;
-    sqlx::query("CREATE TABLE seen (event_id bigint PRIMARY KEY)").execute(&db.pool).await.unwrap();
-    apply(&db.pool, &consumer("c", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen VALUES ($2)'}}")).await;
-    let dir = tempfile::tempdir().unwrap();
-    let _d = scopeguard(dispatcher(&db, "d-1", dir.path()));
-    eventually("the dispatcher to fall asleep", Duration::from_secs(30), || asleep(&db.pool, "d-1")).await;
+    let (db, _d) = asleep_dispatcher().await;
 
     let mut l = listen(&db).await;
     let last = burst(&db.pool, 500).await;
@@ -215,14 +217,14 @@ async fn the_head_read_touches_a_few_pages_whatever_the_table_holds() {
     assert!(!head.pending_above_fence, "nothing waits once it commits");
 }
 
-/// Kills the child when the test ends, however it ends.
-fn scopeguard(child: Child) -> impl Drop {
-    struct Kill(Child);
+/// Kills the child when the test ends, however it ends; keeps its log directory until then.
+fn scopeguard(child: Child, dir: tempfile::TempDir) -> impl Drop {
+    struct Kill(Child, #[allow(dead_code)] tempfile::TempDir);
     impl Drop for Kill {
         fn drop(&mut self) {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
     }
-    Kill(child)
+    Kill(child, dir)
 }

@@ -63,15 +63,19 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     let c = sizes.append_clients.to_string();
     let secs = sizes.append_duration.as_secs().max(1).to_string();
     let mut rates = Vec::new();
-    for (i, (label, script)) in scripts().into_iter().enumerate() {
-        let path = dir.path().join(format!("append-{i}.sql"));
+    // Events per second of `script` under the scenario's pgbench clients.
+    let run = |name: &str, script: &str| -> Result<f64> {
+        let path = dir.path().join(format!("{name}.sql"));
         std::fs::write(&path, script)?;
         let out = bound::pgbench(
             bench.pg.port(),
             "append",
             &["-n", "-M", "prepared", "-c", &c, "-j", "2", "-T", &secs, "-f", &path.to_string_lossy()],
         )?;
-        let tps = bound::tps(&out)?;
+        bound::tps(&out)
+    };
+    for (i, (label, script)) in scripts().into_iter().enumerate() {
+        let tps = run(&format!("append-{i}"), &script)?;
         rates.push(tps);
         let note = format!("{c} pgbench clients, one event per transaction, {secs} s");
         report.add(S, label, "events/s", per_s(tps), note);
@@ -94,14 +98,7 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     sqlx::query("INSERT INTO highwater.sleepers VALUES ('bench-sleeper', now() + interval '1 hour')")
         .execute(&db.pool)
         .await?;
-    let path = dir.path().join("append-asleep.sql");
-    std::fs::write(&path, &scripts()[0].1)?;
-    let out = bound::pgbench(
-        bench.pg.port(),
-        "append",
-        &["-n", "-M", "prepared", "-c", &c, "-j", "2", "-T", &secs, "-f", &path.to_string_lossy()],
-    )?;
-    let asleep = bound::tps(&out)?;
+    let asleep = run("append-asleep", &scripts()[0].1)?;
     let note =
         format!("{c} pgbench clients, one event per transaction, {secs} s; a dispatcher asleep: every commit notifies");
     report.add(S, "append API (highwater.append), NOTIFY sent", "events/s", per_s(asleep), note);

@@ -69,6 +69,9 @@ impl ShardCtx {
 pub struct Claim {
     lock: ShardLock,
     next: Option<(Shard, Batch)>,
+    /// The sink's `prepare` succeeded on this claim's connection: what it creates lives as long
+    /// as the session, so the passes after the first skip its round trip.
+    prepared: bool,
 }
 
 impl Claim {
@@ -127,16 +130,16 @@ pub fn retry_delay_bounds(initial: Duration, max: Duration, attempts: i32) -> (D
 /// (a full batch was delivered), so a drain claims once, not once per batch; it is released as
 /// soon as the shard is caught up, fails, or halts, so that another dispatcher can take over.
 pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Outcome> {
-    let Claim { mut lock, mut next } = match claim.take() {
+    let Claim { mut lock, mut next, mut prepared } = match claim.take() {
         Some(claim) => claim,
         None => match shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? {
-            Some(lock) => Claim { lock, next: None },
+            Some(lock) => Claim { lock, next: None, prepared: false },
             None => return Ok(Outcome::Busy),
         },
     };
-    let outcome = locked(ctx, lock.conn(), &mut next).await?;
+    let outcome = locked(ctx, lock.conn(), &mut next, &mut prepared).await?;
     if matches!(outcome, Outcome::Delivered { more: true, .. }) {
-        *claim = Some(Claim { lock, next });
+        *claim = Some(Claim { lock, next, prepared });
     } else {
         lock.release().await?;
     }
@@ -145,7 +148,12 @@ pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Outcome> {
 
 /// A pass under the claim. `next` holds the batch read ahead by the previous pass, if any (taken
 /// instead of reading), and receives the one this pass reads ahead.
-async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, next: &mut Option<(Shard, Batch)>) -> Result<Outcome> {
+async fn locked(
+    ctx: &ShardCtx,
+    conn: &mut sqlx::PgConnection,
+    next: &mut Option<(Shard, Batch)>,
+    prepared: &mut bool,
+) -> Result<Outcome> {
     let limit = i64::from(ctx.spec.batch_size);
     let read = match next.take() {
         Some(ready) => Some(ready),
@@ -196,7 +204,11 @@ async fn locked(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, next: &mut Option
     // head even if the newest events there are of other types.
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
     let b = Pass { shard: &shard, events: &batch.events, end, full };
-    if ctx.sink.transactional() { transactional(ctx, conn, b).await } else { external(ctx, conn, b, next).await }
+    if ctx.sink.transactional() {
+        transactional(ctx, conn, b, prepared).await
+    } else {
+        external(ctx, conn, b, next).await
+    }
 }
 
 /// Tries the switch to the new split; the shard row is gone when it happened.
@@ -229,9 +241,16 @@ impl Pass<'_> {
 }
 
 /// A SQL sink: the batch and the cursor update commit together, so each event applies once.
-async fn transactional(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, b: Pass<'_>) -> Result<Outcome> {
+async fn transactional(
+    ctx: &ShardCtx,
+    conn: &mut sqlx::PgConnection,
+    b: Pass<'_>,
+    prepared: &mut bool,
+) -> Result<Outcome> {
     let started = Instant::now();
-    let err = match ctx.sink.prepare(conn).await {
+    let ready = if *prepared { Ok(()) } else { ctx.sink.prepare(conn).await };
+    *prepared = ready.is_ok();
+    let err = match ready {
         Err(err) => err,
         Ok(()) => {
             let mut tx = conn.begin().await?;

@@ -1,7 +1,8 @@
 //! The SQL sink: the consumer's statement, applied in the transaction that moves the cursor.
 //!
-//! A batch costs three round trips whatever its size: `highwater.sql_sink_prepare` before the
-//! cursor transaction (a no-op once the session has the statement's functions), the
+//! A batch costs two round trips whatever its size, and the first batch of a claim one more:
+//! `highwater.sql_sink_prepare` before the cursor transaction (a no-op once the session has the
+//! statement's functions; the pass skips it while it keeps the claim's connection), the
 //! transaction-local settings, then one call of `highwater.sql_sink_apply`
 //! (migrations/20261201000001_sql_sink_batch.sql) naming the batch by its ids, which reads the
 //! events and runs the statement per event (or once over the batch, `form: set`) server-side,
