@@ -66,11 +66,11 @@ async fn writers_notify_only_while_a_dispatcher_sleeps() {
 
 /// A dispatcher whose polls are all a minute apart except the busy one: only notifications and
 /// the sleep protocol can bring it an event in time.
-fn dispatcher(db: &TestDb, instance: &str, dir: &std::path::Path) -> Child {
+fn dispatcher(db: &TestDb, instance: &str, dir: &std::path::Path, idle: &str) -> Child {
     let log = std::fs::File::create(dir.join(format!("{instance}.log"))).unwrap();
     Command::new(bin())
         .args(["dispatch", "--instance-id", instance, "--listen", "off"])
-        .args(["--poll-interval", "60s", "--idle-poll-interval", "60s", "--busy-poll-interval", "5ms"])
+        .args(["--poll-interval", "60s", "--idle-poll-interval", idle, "--busy-poll-interval", "5ms"])
         .env("DATABASE_URL", &db.url)
         .env("HIGHWATER_LOG", "info,sqlx=warn")
         .stdin(Stdio::null())
@@ -115,19 +115,19 @@ async fn burst(pool: &PgPool, n: usize) -> i64 {
 
 /// A database with consumer `c` (a SQL sink into `seen`) and dispatcher `d-1` running it, once
 /// it has marked itself asleep.
-async fn asleep_dispatcher() -> (TestDb, impl Drop) {
+async fn asleep_dispatcher(idle: &str) -> (TestDb, impl Drop) {
     let db = setup(&["OrderPlaced"]).await;
     sqlx::query("CREATE TABLE seen (event_id bigint PRIMARY KEY)").execute(&db.pool).await.unwrap();
     apply(&db.pool, &consumer("c", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen VALUES ($2)'}}")).await;
     let dir = tempfile::tempdir().unwrap();
-    let d = scopeguard(dispatcher(&db, "d-1", dir.path()), dir);
+    let d = scopeguard(dispatcher(&db, "d-1", dir.path(), idle), dir);
     eventually("the dispatcher to fall asleep", Duration::from_secs(30), || asleep(&db.pool, "d-1")).await;
     (db, d)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_saw_the_dispatcher_awake_is_delivered_after_it_falls_asleep() {
-    let (db, _d) = asleep_dispatcher().await;
+    let (db, _d) = asleep_dispatcher("60s").await;
 
     // Asleep, a single append is delivered through its NOTIFY (every poll is a minute away).
     let id = burst(&db.pool, 1).await;
@@ -166,7 +166,7 @@ async fn a_writer_that_saw_the_dispatcher_awake_is_delivered_after_it_falls_asle
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_awake_dispatcher_spares_writers_their_notify() {
-    let (db, _d) = asleep_dispatcher().await;
+    let (db, _d) = asleep_dispatcher("60s").await;
 
     let mut l = listen(&db).await;
     let last = burst(&db.pool, 500).await;
@@ -175,6 +175,17 @@ async fn an_awake_dispatcher_spares_writers_their_notify() {
     // The first few wake it (10 head moves within 100 ms); the rest find it awake.
     assert!(sent < 100, "{sent} of 500 appends notified");
     assert!(sent >= 1, "the sleeping dispatcher was notified at all");
+}
+
+/// A dispatcher asleep longer than its lease (60 s) with a longer safety poll still gets its
+/// notifications: it renews the lease on time instead of at its next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleep_longer_than_the_lease_keeps_its_notifications() {
+    let (db, _d) = asleep_dispatcher("10m").await;
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    assert!(asleep(&db.pool, "d-1").await, "the sleep mark was renewed");
+    let id = burst(&db.pool, 1).await;
+    assert!(delivered(&db.pool, id, Duration::from_secs(5)).await, "an append after 70 s asleep");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -180,8 +180,12 @@ pub async fn poll_head(
             // Backing off (each wait as long as the settling so far): most settle at once, and a
             // long transaction holding the fence is not polled every few milliseconds.
             Mode::Settling { since, .. } => since.elapsed().max(pace.busy).min(pace.fast.max(pace.busy)),
-            Mode::Asleep { .. } if pending || !listening => pace.fast,
-            Mode::Asleep { .. } => pace.idle,
+            // Never past the renewal: with a long --idle-poll-interval the lease would lapse and
+            // writers stop notifying a dispatcher that still sleeps.
+            Mode::Asleep { renew, .. } => {
+                let base = if pending || !listening { pace.fast } else { pace.idle };
+                base.min(renew.saturating_duration_since(Instant::now()))
+            }
         };
         tokio::select! {
             _ = stop.cancelled() => return,
