@@ -14,8 +14,9 @@ pub use reference::{BEGIN as REFERENCE_BEGIN, END as REFERENCE_END, reference_ma
 pub use spec::*;
 pub use status::*;
 pub use validate::{
-    BROKER_HEADERS, KAFKA_TOPIC_FIELDS, MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, MAX_PARTITIONS, NATS_SUBJECT_FIELDS,
-    RESERVED_KAFKA_PROPERTIES, RESERVED_WEBHOOK_HEADERS, SpecError, check_template, validate_consumer_name,
+    BROKER_HEADERS, KAFKA_TOPIC_FIELDS, MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, MAX_PARTITIONS, MAX_SQL_TIMEOUT,
+    NATS_SUBJECT_FIELDS, RESERVED_KAFKA_PROPERTIES, RESERVED_WEBHOOK_HEADERS, SpecError, check_template,
+    validate_consumer_name,
 };
 
 /// API group and version of the `EventConsumer` resource; YAML files use the same header.

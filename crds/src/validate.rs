@@ -110,6 +110,9 @@ pub fn validate_consumer_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// PostgreSQL's largest `statement_timeout`: INT_MAX milliseconds.
+pub const MAX_SQL_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
 pub(crate) fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Duration> {
     match humantime::parse_duration(value) {
         Ok(d) => Some(d),
@@ -197,8 +200,14 @@ impl ConsumerSpec {
             {
                 problems.push(format!("sink.sql.role: {role:?} is not a role name"));
             }
-            if let Some(t) = &sql.timeout {
-                duration("sink.sql.timeout", t, &mut problems);
+            if let Some(t) = &sql.timeout
+                && let Some(d) = duration("sink.sql.timeout", t, &mut problems)
+                && d > MAX_SQL_TIMEOUT
+            {
+                problems.push(format!(
+                    "sink.sql.timeout: {t:?} is over PostgreSQL's statement_timeout limit ({}); write at most that, or 0s for none",
+                    humantime::format_duration(MAX_SQL_TIMEOUT)
+                ));
             }
             for (field, v) in [("reset", &sql.reset), ("bootstrap", &sql.bootstrap)] {
                 if v.as_ref().is_some_and(|v| v.trim().is_empty()) {
@@ -287,6 +296,16 @@ mod tests {
         s.sink.sql = Some(SqlSink { statement: " ".into(), timeout: Some("soon".into()), ..Default::default() });
         let e = s.validate("Bad_Name").unwrap_err();
         assert_eq!(e.problems.len(), 5, "{e}");
+    }
+
+    #[test]
+    fn a_sql_timeout_over_postgresql_s_limit_is_refused() {
+        let mut s = spec();
+        s.sink.sql = Some(SqlSink { statement: "SELECT 1".into(), timeout: Some("24d".into()), ..Default::default() });
+        s.validate("ok").expect("24 days is within the limit");
+        s.sink.sql.as_mut().unwrap().timeout = Some("30d".into());
+        let e = s.validate("ok").unwrap_err().to_string();
+        assert!(e.contains("sink.sql.timeout") && e.contains("24days 20h 31m 23s 647ms"), "{e}");
     }
 
     #[test]

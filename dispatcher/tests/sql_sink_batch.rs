@@ -280,3 +280,67 @@ async fn a_drain_prepares_the_statement_once_per_claim() {
     assert!(applies >= 10, "ten full batches applied, counted {applies}");
     assert!(prepares <= 2, "{prepares} prepares for {applies} batches");
 }
+
+/// The transaction-local settings travel with `BEGIN` (one round trip with it): the statement
+/// sees its consumer, instance and `statement_timeout` in every batch, the one that applies
+/// the events before a poison event included, and the cursor still moves only with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_statement_sees_its_settings_in_every_batch() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE seen_settings (event_id bigint PRIMARY KEY, consumer text, instance text, timeout text)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let n = if i == 6 { 0 } else { 1 };
+        ids.push(append(&mut tx, &NewEvent::new("item", "a", "Item", json!({"n": n}))).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    let statement = "INSERT INTO seen_settings SELECT $2, current_setting('highwater.consumer'), \
+                     current_setting('highwater.instance_id'), current_setting('statement_timeout') \
+                     WHERE 1 / ($1->>'n')::int = 1";
+    apply(
+        &db.pool,
+        &consumer(
+            "settings",
+            &format!(
+                "delivery: Shared\nbatchSize: 4\nmaxAttempts: 1\nerrorMode: skip\nsink:\n  sql:\n    timeout: 1234ms\n    statement: \"{statement}\""
+            ),
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let pool = db.pool.clone();
+    eventually("the nine good events applied", Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM seen_settings").fetch_one(&pool).await.unwrap() == 9
+        }
+    })
+    .await;
+    let rows: Vec<(i64, String, String, String)> =
+        sqlx::query_as("SELECT event_id, consumer, instance, timeout FROM seen_settings ORDER BY event_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let expected: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 6)
+        .map(|(_, id)| (*id, "settings".to_owned(), "__shared__".to_owned(), "1234ms".to_owned()))
+        .collect();
+    assert_eq!(rows, expected, "every applied event saw the consumer's settings");
+    let (_, _, _, cursor_id, _) = shard(&db.pool, "settings").await;
+    assert_eq!(cursor_id, ids[9], "the cursor moved past all ten");
+    let (parked, error): (i64, String) =
+        sqlx::query_as("SELECT event_id, error FROM highwater.dead_letters WHERE consumer = 'settings'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(parked == ids[6] && error.contains("division by zero"), "{parked}: {error}");
+}

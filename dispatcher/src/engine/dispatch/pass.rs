@@ -11,7 +11,7 @@ use crate::{
     Position, Result,
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
     read_ahead::{self, Ahead},
-    shards::{self, Batch, Failure, FailureOutcome, Repartition, Shard, ShardLock},
+    shards::{self, Advance, Batch, Failure, FailureOutcome, Repartition, Shard, ShardLock},
     sink::{DeliveryContext, Sink, SinkError},
 };
 
@@ -253,12 +253,13 @@ async fn transactional(
     let err = match ready {
         Err(err) => err,
         Ok(()) => {
-            let mut tx = conn.begin().await?;
-            match deliver(ctx, Some(&mut tx), b.events).await {
-                Ok(()) => {
+            let mut tx = begin(ctx, conn).await?;
+            let advance = Advance { shard: b.shard, from: b.shard.cursor, to: b.end, delivered: b.events.len() as i64 };
+            let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx: Some(&mut tx) };
+            match ctx.sink.deliver_and_advance(&mut d, b.events, &advance).await {
+                Ok(moved) => {
                     ctx.handler_took(started);
-                    if shards::advance(&mut tx, b.shard, b.shard.cursor, b.end, b.events.len() as i64).await?.is_some()
-                    {
+                    if moved {
                         tx.commit().await?;
                         ctx.acknowledged(b.events);
                         return Ok(b.delivered());
@@ -278,7 +279,7 @@ async fn transactional(
     // transaction, so the progress and the failure land together. A sink that is not
     // deterministic may fail elsewhere the second time: the failure is then recorded where it
     // happened this time, or on the first event with nothing applied if that prefix fails too.
-    let mut tx = conn.begin().await?;
+    let mut tx = begin(ctx, conn).await?;
     let (index, message) = match prefix(ctx, &mut tx, b.events, err.index).await {
         // The batch ran into its time limit after `index` events: not that event's fault.
         // Commit what was applied; the next pass starts at it with the full limit again.
@@ -295,12 +296,12 @@ async fn transactional(
         Ok(()) => (err.index, err.message),
         Err(again) => {
             tx.rollback().await?;
-            tx = conn.begin().await?;
+            tx = begin(ctx, conn).await?;
             if prefix(ctx, &mut tx, b.events, again.index).await.is_ok() {
                 (again.index, again.message)
             } else {
                 tx.rollback().await?;
-                tx = conn.begin().await?;
+                tx = begin(ctx, conn).await?;
                 (0, again.message)
             }
         }
@@ -313,6 +314,11 @@ async fn transactional(
     tx.commit().await?;
     ctx.failed(&failure, b.events);
     Ok(after_failure(&failure))
+}
+
+/// Opens the cursor transaction the way the sink asks (its settings travel with `BEGIN`).
+async fn begin<'c>(ctx: &ShardCtx, conn: &'c mut sqlx::PgConnection) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {
+    Ok(conn.begin_with(sqlx::AssertSqlSafe(ctx.sink.begin(&ctx.consumer, &ctx.instance_id))).await?)
 }
 
 /// Applies the events before `index` in `tx`.

@@ -9,6 +9,7 @@ use super::{DeliveryContext, Sink, SinkError};
 use crate::{
     Event,
     metrics::{Metrics, SinkLabels},
+    shards::Advance,
 };
 
 pub struct Measured {
@@ -41,16 +42,37 @@ impl Sink for Measured {
         self.inner.prepare(conn).await
     }
 
+    fn begin(&self, consumer: &str, instance_id: &str) -> String {
+        self.inner.begin(consumer, instance_id)
+    }
+
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let started = Instant::now();
         let res = self.inner.deliver(ctx, events).await;
-        match &res {
-            Ok(()) => self.metrics.sink_publish.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64()),
-            Err(_) => {
-                self.metrics.sink_errors.get_or_create(&self.labels).inc();
-            }
-        }
+        self.observe(started, res.is_ok());
         res
+    }
+
+    async fn deliver_and_advance(
+        &self,
+        ctx: &mut DeliveryContext<'_>,
+        events: &[Event],
+        advance: &Advance<'_>,
+    ) -> Result<bool, SinkError> {
+        let started = Instant::now();
+        let res = self.inner.deliver_and_advance(ctx, events, advance).await;
+        self.observe(started, res.is_ok());
+        res
+    }
+}
+
+impl Measured {
+    fn observe(&self, started: Instant, ok: bool) {
+        if ok {
+            self.metrics.sink_publish.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
+        } else {
+            self.metrics.sink_errors.get_or_create(&self.labels).inc();
+        }
     }
 }
 
@@ -72,17 +94,23 @@ mod tests {
         fn needs_bodies(&self) -> bool {
             false
         }
+        fn begin(&self, consumer: &str, instance_id: &str) -> String {
+            format!("BEGIN; -- {consumer} {instance_id}")
+        }
         async fn deliver(&self, _ctx: &mut DeliveryContext<'_>, _events: &[Event]) -> Result<(), SinkError> {
             Ok(())
         }
     }
 
     /// The wrapper must pass every method through: a SQL sink whose `needs_bodies` and
-    /// `prepare` were swallowed failed every batch once wrapped. (`prepare` needs a connection;
-    /// its forwarding is covered by every SQL sink test, which runs through this wrapper.)
+    /// `prepare` were swallowed failed every batch once wrapped; one whose `begin` was swallowed
+    /// would run without its statement_timeout. (`prepare` and `deliver_and_advance` need a
+    /// connection; their forwarding is covered by every SQL sink test, which runs through this
+    /// wrapper.)
     #[test]
     fn the_wrapper_forwards_every_method() {
         let m = measured(Arc::new(Peculiar), Arc::new(Metrics::default()), "c");
         assert_eq!((m.kind(), m.transactional(), m.needs_bodies()), ("peculiar", true, false));
+        assert_eq!(m.begin("c", "i"), "BEGIN; -- c i");
     }
 }

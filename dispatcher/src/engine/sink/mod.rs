@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use highwater_crds::ConsumerSpec;
 use sqlx::PgConnection;
 
-use crate::{Error, Event, Result};
+use crate::{Error, Event, Result, shards::Advance};
 
 mod envelope;
 mod kafka;
@@ -76,8 +76,30 @@ pub trait Sink: Send + Sync {
         Ok(())
     }
 
+    /// For transactional sinks, what opens the cursor transaction: `BEGIN` and, in the same round
+    /// trip (one simple query), the transaction-local settings the sink's work needs. `deliver`
+    /// runs in a transaction opened with it; it must leave the transaction open.
+    fn begin(&self, _consumer: &str, _instance_id: &str) -> String {
+        "BEGIN".to_owned()
+    }
+
     /// Delivers `events` in order, stopping at the first failure.
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError>;
+
+    /// For transactional sinks: [`Sink::deliver`] and, when every event applied, `advance` in the
+    /// same transaction. `Ok(false)`: the cursor move was refused (the shard changed), the caller
+    /// rolls back. A sink may send both in one statement; an error of the move then fails the
+    /// batch's first event like an error of the sink's own statement.
+    async fn deliver_and_advance(
+        &self,
+        ctx: &mut DeliveryContext<'_>,
+        events: &[Event],
+        advance: &Advance<'_>,
+    ) -> Result<bool, SinkError> {
+        self.deliver(ctx, events).await?;
+        let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
+        advance.run(conn).await.map(|moved| moved.is_some()).map_err(|e| SinkError::at(0, e.to_string()))
+    }
 }
 
 /// The idempotency key of an external delivery: stable across redeliveries.
