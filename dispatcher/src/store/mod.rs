@@ -7,6 +7,7 @@ pub mod definitions;
 pub mod event_types;
 pub mod events;
 pub mod kubernetes;
+pub mod literal;
 pub mod notify;
 pub mod ops;
 pub mod partitions;

@@ -1,13 +1,14 @@
 //! Cursor rows (`highwater.consumer_shards`): registration, exclusive claims, reading a batch below
 //! the snapshot fence, and moving the cursor.
-use std::{str::FromStr, time::Duration};
+use std::{str::FromStr, sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sqlx::{Column, PgConnection, PgPool, Postgres, Row, pool::PoolConnection, postgres::PgArguments, query::Query};
+use sqlx::{Column, PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
     events::{EVENT_COLUMNS, EVENT_HEADER_COLUMNS, EventRow},
+    literal,
 };
 
 /// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
@@ -478,7 +479,7 @@ pub async fn advance(
 }
 
 /// A cursor move as a value, for a caller that runs it inside a statement of its own (the SQL
-/// sink makes it part of its apply call: one round trip less per batch).
+/// sink sends it with its apply call: the batch and the move in one round trip).
 pub struct Advance<'a> {
     pub shard: &'a Shard,
     pub from: Position,
@@ -487,12 +488,26 @@ pub struct Advance<'a> {
 }
 
 impl Advance<'_> {
-    /// The move's UPDATE, with its parameters numbered from `$first` (bind them with
-    /// [`Advance::bind`] after the caller's own) and `gate`, a condition of the caller's, added to
-    /// its WHERE clause.
-    pub fn sql(first: usize, gate: &str) -> String {
-        let [consumer, instance, to_tx, to_id, from_tx, from_id, delivered] =
-            std::array::from_fn::<_, 7, _>(|i| format!("${}", first + i));
+    /// The move's UPDATE with `gate`, a condition of the caller's, added to its WHERE clause, and
+    /// its values written in as constants, for a caller that sends it in a simple query.
+    pub fn inline(&self, gate: &str) -> String {
+        let s = self.shard;
+        Self::update(
+            [
+                literal::text(&s.consumer),
+                literal::text(&s.instance_id),
+                format!("'{}'::xid8", self.to.tx),
+                self.to.id.to_string(),
+                format!("'{}'::xid8", self.from.tx),
+                self.from.id.to_string(),
+                self.delivered.to_string(),
+            ],
+            gate,
+        )
+    }
+
+    fn update(values: [String; 7], gate: &str) -> String {
+        let [consumer, instance, to_tx, to_id, from_tx, from_id, delivered] = values;
         format!(
             "UPDATE highwater.consumer_shards
                 SET cursor_tx = {to_tx}, cursor_id = {to_id}, status = 'idle', attempts = 0,
@@ -507,19 +522,21 @@ impl Advance<'_> {
         )
     }
 
-    pub fn bind<'q>(&self, q: Query<'q, Postgres, PgArguments>) -> Query<'q, Postgres, PgArguments> {
-        q.bind(&self.shard.consumer)
-            .bind(&self.shard.instance_id)
+    /// The move on its own: the shard row after it, or `None` when it was refused.
+    pub async fn run(&self, conn: &mut PgConnection) -> Result<Option<Shard>> {
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| Advance::update(std::array::from_fn(|i| format!("${}", i + 1)), "true"));
+        let s = self.shard;
+        let row = sqlx::query(sqlx::AssertSqlSafe(&**SQL))
+            .bind(&s.consumer)
+            .bind(&s.instance_id)
             .bind(self.to.xid8())
             .bind(self.to.id)
             .bind(self.from.xid8())
             .bind(self.from.id)
             .bind(self.delivered)
-    }
-
-    /// The move on its own: the shard row after it, or `None` when it was refused.
-    pub async fn run(&self, conn: &mut PgConnection) -> Result<Option<Shard>> {
-        let row = self.bind(sqlx::query(sqlx::AssertSqlSafe(Self::sql(1, "true")))).fetch_optional(conn).await?;
+            .fetch_optional(conn)
+            .await?;
         row.as_ref().map(shard_from_row).transpose()
     }
 }

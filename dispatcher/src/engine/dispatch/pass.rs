@@ -253,24 +253,16 @@ async fn transactional(
     let err = match ready {
         Err(err) => err,
         Ok(()) => {
-            let mut tx = begin(ctx, conn).await?;
             let advance = Advance { shard: b.shard, from: b.shard.cursor, to: b.end, delivered: b.events.len() as i64 };
-            let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx: Some(&mut tx) };
-            match ctx.sink.deliver_and_advance(&mut d, b.events, &advance).await {
-                Ok(moved) => {
+            let who = (&*ctx.consumer, &*ctx.instance_id);
+            match ctx.sink.deliver_and_advance(conn, who, b.events, &advance).await {
+                Ok(true) => {
                     ctx.handler_took(started);
-                    if moved {
-                        tx.commit().await?;
-                        ctx.acknowledged(b.events);
-                        return Ok(b.delivered());
-                    }
-                    tx.rollback().await?;
-                    return Ok(Outcome::Changed);
+                    ctx.acknowledged(b.events);
+                    return Ok(b.delivered());
                 }
-                Err(err) => {
-                    tx.rollback().await?;
-                    err
-                }
+                Ok(false) => return Ok(Outcome::Changed),
+                Err(err) => err,
             }
         }
     };

@@ -55,12 +55,13 @@ impl Sink for Measured {
 
     async fn deliver_and_advance(
         &self,
-        ctx: &mut DeliveryContext<'_>,
+        conn: &mut PgConnection,
+        who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
     ) -> Result<bool, SinkError> {
         let started = Instant::now();
-        let res = self.inner.deliver_and_advance(ctx, events, advance).await;
+        let res = self.inner.deliver_and_advance(conn, who, events, advance).await;
         self.observe(started, res.is_ok());
         res
     }

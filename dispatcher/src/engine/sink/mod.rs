@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use highwater_crds::ConsumerSpec;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::{Error, Event, Result, shards::Advance};
 
@@ -86,20 +86,37 @@ pub trait Sink: Send + Sync {
     /// Delivers `events` in order, stopping at the first failure.
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError>;
 
-    /// For transactional sinks: [`Sink::deliver`] and, when every event applied, `advance` in the
-    /// same transaction. `Ok(false)`: the cursor move was refused (the shard changed), the caller
-    /// rolls back. A sink may send both in one statement; an error of the move then fails the
-    /// batch's first event like an error of the sink's own statement.
+    /// For transactional sinks: delivers `events` and, when every one applied, moves the cursor
+    /// (`advance`), atomically, on `conn`, which is in no transaction: `Ok(true)` when both
+    /// committed; `Ok(false)` when the move was refused (the shard changed) and nothing was
+    /// committed; `Err` with the first failing event when nothing was committed. An error of the
+    /// transaction itself (the move's, the commit's) fails the batch's first event.
     async fn deliver_and_advance(
         &self,
-        ctx: &mut DeliveryContext<'_>,
+        conn: &mut PgConnection,
+        who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
     ) -> Result<bool, SinkError> {
-        self.deliver(ctx, events).await?;
-        let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
-        advance.run(conn).await.map(|moved| moved.is_some()).map_err(|e| SinkError::at(0, e.to_string()))
+        in_transaction(self, conn, who, events, advance).await
     }
+}
+
+/// [`Sink::deliver_and_advance`] as every transactional sink can: a transaction opened with the
+/// sink's [`Sink::begin`], `deliver`, the move, commit (rollback if the move was refused).
+pub async fn in_transaction<S: Sink + ?Sized>(
+    sink: &S,
+    conn: &mut PgConnection,
+    (consumer, instance_id): (&str, &str),
+    events: &[Event],
+    advance: &Advance<'_>,
+) -> Result<bool, SinkError> {
+    let at_first = |e: sqlx::Error| SinkError::at(0, e.to_string());
+    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(sink.begin(consumer, instance_id))).await.map_err(at_first)?;
+    sink.deliver(&mut DeliveryContext { consumer, instance_id, tx: Some(&mut tx) }, events).await?;
+    let moved = advance.run(&mut tx).await.map_err(|e| SinkError::at(0, e.to_string()))?.is_some();
+    if moved { tx.commit().await } else { tx.rollback().await }.map_err(at_first)?;
+    Ok(moved)
 }
 
 /// The idempotency key of an external delivery: stable across redeliveries.

@@ -1,21 +1,29 @@
 //! The SQL sink: the consumer's statement, applied in the transaction that moves the cursor.
 //!
-//! A batch costs three round trips whatever its size, and the first batch of a claim one more:
-//! `highwater.sql_sink_prepare` before the cursor transaction (a no-op once the session has the
-//! statement's functions; the pass skips it while it keeps the claim's connection); `BEGIN` with
-//! the transaction-local settings, one simple query ([`SqlSink`]'s `begin`); one statement that
-//! calls `highwater.sql_sink_apply` (migrations/20261201000001_sql_sink_batch.sql) naming the
-//! batch by its ids, which reads the events and runs the statement per event (or once over the
-//! batch, `form: set`) server-side, planned once, and moves the cursor if every event applied;
-//! then `COMMIT`.
-use std::{sync::LazyLock, time::Duration};
+//! A batch costs one round trip besides its read, whatever its size, and the first batch of a
+//! claim one more: `highwater.sql_sink_prepare` before (a no-op once the session has the
+//! statement's functions; the pass skips it while it keeps the claim's connection); then one
+//! simple query, whose statements share one implicit transaction: the transaction-local
+//! settings, then one statement that calls `highwater.sql_sink_apply`
+//! (migrations/20261201000001_sql_sink_batch.sql) naming the batch by its ids, which reads the
+//! events and runs the statement per event (or once over the batch, `form: set`) server-side,
+//! planned once, and moves the cursor if every event applied. A failure's handling (finding the
+//! failing event, applying the events before it) opens a transaction of its own.
+use std::time::Duration;
 
 use async_trait::async_trait;
 use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec};
 use sqlx::{FromRow, PgConnection};
 
-use super::{DeliveryContext, Sink, SinkError};
-use crate::{Error, Event, Result, shards::Advance};
+use super::{DeliveryContext, Sink, SinkError, in_transaction};
+use crate::{Error, Event, Result, literal, shards::Advance};
+
+/// SQLSTATE of `highwater.sql_sink_refused` (migrations/20261202000020_sql_sink_refused.sql).
+const REFUSED: &str = "HW001";
+
+/// Every event of the batch applied, as the apply statement of [`SqlSink::apply_and_advance`]
+/// left it for the statements after it.
+const APPLIED: &str = "current_setting('highwater.sql_sink_applied') = 'true'";
 
 pub struct SqlSink {
     statement: String,
@@ -32,7 +40,7 @@ impl SqlSink {
             }
             None => Duration::from_secs(30),
         };
-        // Validation refuses it too; checked here as well because `begin` must not fail.
+        // Validation refuses it too; checked here as well because the settings must not fail.
         if timeout > MAX_SQL_TIMEOUT {
             return Err(Error::config(format!(
                 "sink.sql.timeout {:?} is over PostgreSQL's statement_timeout limit ({}); write at most that, or 0s for none",
@@ -48,40 +56,74 @@ impl SqlSink {
         })
     }
 
-    /// One call of `highwater.sql_sink_apply`: `Ok` when every event applied; otherwise nothing
-    /// of this call is applied and the error names the first failing event. The events are
-    /// named (ids and their transaction-id range), not sent: the server reads them itself. With
-    /// `advance`, the same statement moves the cursor if every event applied, and `Ok` tells
-    /// whether it moved.
-    async fn apply(
-        &self,
-        conn: &mut PgConnection,
-        events: &[Event],
-        single: bool,
-        advance: Option<&Advance<'_>>,
-    ) -> Result<bool, SinkError> {
-        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(true) };
+    /// One call of `highwater.sql_sink_apply` in the open transaction on `conn`: `Ok` when every
+    /// event applied; otherwise nothing of this call is applied and the error names the first
+    /// failing event. The events are named (ids and their transaction-id range), not sent: the
+    /// server reads them itself.
+    async fn apply(&self, conn: &mut PgConnection, events: &[Event], single: bool) -> Result<(), SinkError> {
+        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        let sql = if advance.is_some() { &*APPLY_AND_ADVANCE } else { APPLY };
-        let q = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(self.form.as_str())
-            .bind(&self.statement)
-            .bind(&self.role)
-            .bind(single)
-            .bind(first.position().xid8())
-            .bind(last.position().xid8())
-            .bind(ids);
-        let q = match advance {
-            Some(a) => a.bind(q),
-            None => q,
-        };
-        let row = q.fetch_one(conn).await.map_err(|e| fail(0, e))?;
-        let (failed, deferred, message, moved): (Option<i32>, Option<bool>, Option<String>, i64) =
-            FromRow::from_row(&row).map_err(|e| fail(0, e))?;
-        let Some(index) = failed else { return Ok(moved > 0) };
-        let index = (index.max(0) as usize).min(events.len() - 1);
-        let deferred = deferred.unwrap_or(false) && index > 0;
-        Err(SinkError { index, message: message.unwrap_or_default(), deferred })
+        let (failed, deferred, message): (Option<i32>, Option<bool>, Option<String>) = sqlx::query_as(
+            "SELECT failed, deferred, message FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(self.form.as_str())
+        .bind(&self.statement)
+        .bind(&self.role)
+        .bind(single)
+        .bind(first.position().xid8())
+        .bind(last.position().xid8())
+        .bind(ids)
+        .fetch_one(conn)
+        .await
+        .map_err(|e| fail(0, e))?;
+        reported(events, failed, deferred, message)
+    }
+
+    /// The transaction-local settings. `statement_timeout` must be set before the statement it
+    /// limits starts, hence a statement of their own ahead of it; `set_config(..., true)` is SET
+    /// LOCAL. It cannot fail: the timeout was checked against PostgreSQL's limit when the sink
+    /// was built.
+    fn settings(&self, consumer: &str, instance_id: &str) -> String {
+        format!(
+            "SELECT set_config('statement_timeout', '{}', true), set_config('highwater.consumer', {}, true), \
+             set_config('highwater.instance_id', {}, true)",
+            self.timeout_ms,
+            literal::text(consumer),
+            literal::text(instance_id)
+        )
+    }
+
+    /// The settings, the apply call and the cursor move as one simple query: one round trip, one
+    /// implicit transaction, three statements. The move is its own statement after the call, so
+    /// the transaction takes its lock on `consumer_shards` only once the batch has applied (a
+    /// prune's SHARE lock never waits for a running batch); the call leaves its verdict in a
+    /// transaction-local setting, which gates the move. A move refused after every event applied
+    /// raises (`highwater.sql_sink_refused`), which takes the batch back with it.
+    fn apply_and_advance(
+        &self,
+        (consumer, instance_id): (&str, &str),
+        events: &[Event],
+        advance: &Advance<'_>,
+    ) -> String {
+        let ids: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
+        let (lo, hi) = (events[0].position().tx, events[events.len() - 1].position().tx);
+        format!(
+            "{settings};
+             SELECT a.failed, a.deferred, a.message,
+                    set_config('highwater.sql_sink_applied', (a.failed IS NULL)::text, true)
+               FROM highwater.sql_sink_apply({form}, {statement}, {role}, false,
+                                             '{lo}'::xid8, '{hi}'::xid8, '{{{ids}}}'::bigint[]) a;
+             WITH moved AS ({update})
+             SELECT CASE WHEN {applied} AND NOT EXISTS (SELECT FROM moved) THEN highwater.sql_sink_refused()
+                         ELSE (SELECT count(*) FROM moved) END AS moved",
+            settings = self.settings(consumer, instance_id),
+            form = literal::text(self.form.as_str()),
+            statement = literal::text(&self.statement),
+            role = literal::text_or_null(self.role.as_deref()),
+            ids = ids.join(","),
+            update = advance.inline(APPLIED),
+            applied = APPLIED,
+        )
     }
 
     /// A set statement fails for the batch as a whole: `apply` once more over one-event batches
@@ -91,26 +133,17 @@ impl SqlSink {
     }
 }
 
-const APPLY: &str = "SELECT failed, deferred, message, 0::bigint AS moved
-                       FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7)";
-
-/// The apply call and the cursor move in one statement. The move's condition reads the apply's
-/// result (a materialised CTE, so the statement runs once, before the move is decided): it
-/// happens only if every event applied.
-static APPLY_AND_ADVANCE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH a AS MATERIALIZED (
-              SELECT failed, deferred, message FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7)),
-              moved AS ({})
-         SELECT a.failed, a.deferred, a.message, (SELECT count(*) FROM moved) AS moved FROM a",
-        Advance::sql(8, "(SELECT failed FROM a) IS NULL")
-    )
-});
-
-/// `s` as a string constant, whatever `standard_conforming_strings` says (an escape string: its
-/// backslashes and quotes are doubled).
-fn literal(s: &str) -> String {
-    format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+/// `highwater.sql_sink_apply`'s answer: the first failing event, if any.
+fn reported(
+    events: &[Event],
+    failed: Option<i32>,
+    deferred: Option<bool>,
+    message: Option<String>,
+) -> Result<(), SinkError> {
+    let Some(index) = failed else { return Ok(()) };
+    let index = (index.max(0) as usize).min(events.len() - 1);
+    let deferred = deferred.unwrap_or(false) && index > 0;
+    Err(SinkError { index, message: message.unwrap_or_default(), deferred })
 }
 
 fn fail(index: usize, e: sqlx::Error) -> SinkError {
@@ -145,40 +178,45 @@ impl Sink for SqlSink {
         problem.map_or(Ok(()), |m| Err(SinkError::at(0, m)))
     }
 
-    /// `statement_timeout` must be set before the statement it limits starts: it goes with
-    /// `BEGIN`, as `set_config(..., true)` (SET LOCAL) of constants, and cannot fail (the timeout
-    /// was checked against PostgreSQL's limit when the sink was built).
     fn begin(&self, consumer: &str, instance_id: &str) -> String {
-        format!(
-            "BEGIN; SELECT set_config('statement_timeout', '{}', true), \
-             set_config('highwater.consumer', {}, true), set_config('highwater.instance_id', {}, true)",
-            self.timeout_ms,
-            literal(consumer),
-            literal(instance_id)
-        )
+        format!("BEGIN; {}", self.settings(consumer, instance_id))
     }
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
-        match self.apply(conn, events, false, None).await {
-            Err(e) if self.find_failing(events, &e) => self.apply(conn, events, true, None).await.map(drop),
-            r => r.map(drop),
+        match self.apply(conn, events, false).await {
+            Err(e) if self.find_failing(events, &e) => self.apply(conn, events, true).await,
+            r => r,
         }
     }
 
     async fn deliver_and_advance(
         &self,
-        ctx: &mut DeliveryContext<'_>,
+        conn: &mut PgConnection,
+        who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
     ) -> Result<bool, SinkError> {
-        let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
-        match self.apply(conn, events, false, Some(advance)).await {
-            Err(e) if self.find_failing(events, &e) => {
-                self.apply(conn, events, true, None).await?;
-                advance.run(conn).await.map(|moved| moved.is_some()).map_err(|e| SinkError::at(0, e.to_string()))
-            }
-            r => r,
+        if events.is_empty() {
+            return in_transaction(self, conn, who, events, advance).await;
+        }
+        let sql = self.apply_and_advance(who, events, advance);
+        let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await {
+            Ok(rows) => rows,
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some(REFUSED) => return Ok(false),
+            Err(e) => return Err(fail(0, e)),
+        };
+        // One row per statement: the settings', the apply's, the move's.
+        let row = rows.get(1).ok_or_else(|| SinkError::at(0, "the SQL sink's apply statement returned no row"))?;
+        let (failed, deferred, message, _): (Option<i32>, Option<bool>, Option<String>, String) =
+            FromRow::from_row(row).map_err(|e| fail(0, e))?;
+        match reported(events, failed, deferred, message) {
+            Ok(()) => Ok(true),
+            // Nothing was committed: the move is gated on the call's success. The set form asks
+            // again one event at a time (`deliver`), in a transaction of its own, to name the
+            // failing event, or to apply the batch if the failure does not recur.
+            Err(e) if self.find_failing(events, &e) => in_transaction(self, conn, who, events, advance).await,
+            Err(e) => Err(e),
         }
     }
 }
@@ -186,12 +224,6 @@ impl Sink for SqlSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn literals_survive_quotes_and_backslashes() {
-        assert_eq!(literal("orders"), "E'orders'");
-        assert_eq!(literal(r"it's a \ path"), r"E'it''s a \\ path'");
-    }
 
     #[test]
     fn a_timeout_beyond_postgresql_s_limit_is_refused() {
