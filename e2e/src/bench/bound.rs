@@ -24,19 +24,21 @@ SELECT b.* FROM b;
 COMMIT;
 "#;
 
-/// Per-event projection bound: what a hand-written server-side loop costs.
+/// Per-event projection bound: what a hand-written server-side loop costs. The settings are
+/// assignments, not PERFORMs (PL/pgSQL evaluates them without an executor), as in the loop
+/// `highwater.sql_sink_prepare` generates (migration 20261202000030).
 const PER_EVENT_FN: &str = r#"CREATE OR REPLACE FUNCTION bench_bound_per_event(p_client int, p_batch int) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE c record; r record; last_tx xid8; last_id bigint;
+DECLARE c record; r record; last_tx xid8; last_id bigint; v_set text;
 BEGIN
   SELECT cursor_tx, cursor_id INTO c FROM bench_bound_cursor WHERE client = p_client FOR UPDATE;
   FOR r IN SELECT id, tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata, created_at
              FROM highwater.events
             WHERE (tx_id, id) > (c.cursor_tx, c.cursor_id) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
             ORDER BY tx_id, id LIMIT p_batch LOOP
-    PERFORM set_config('highwater.tenant_id', coalesce(r.tenant_id, ''), true),
-            set_config('highwater.correlation_id', coalesce(r.metadata ->> 'correlation_id', ''), true),
-            set_config('highwater.causation_id', r.id::text, true);
+    v_set := set_config('highwater.tenant_id', coalesce(r.tenant_id, ''), true);
+    v_set := set_config('highwater.correlation_id', coalesce(r.metadata ->> 'correlation_id', ''), true);
+    v_set := set_config('highwater.causation_id', r.id::text, true);
     INSERT INTO bench_bound_projection (event_id, created_at, delivered_at) VALUES (r.id, r.created_at, clock_timestamp());
     last_tx := r.tx_id; last_id := r.id;
   END LOOP;
