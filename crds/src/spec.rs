@@ -217,7 +217,10 @@ pub struct SqlSink {
     /// Role taken with `SET LOCAL ROLE` while the statement runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// `statement_timeout` for the sink's statements.
+    /// `statement_timeout` for the sink's statements (a duration such as `30s`; default 30s, `0s`
+    /// for none; at most PostgreSQL's limit, about 24 days 20 hours). It limits a whole batch:
+    /// a timeout while the first event runs fails that event; in the per-event form, a later one
+    /// ends the batch before the running event, where the next batch starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
     /// SQL run by a rebuild (`highwater consumer rebuild`, annotation `highwater.dev/rebuild`) in

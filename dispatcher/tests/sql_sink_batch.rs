@@ -344,3 +344,98 @@ async fn the_statement_sees_its_settings_in_every_batch() {
             .unwrap();
     assert!(parked == ids[6] && error.contains("division by zero"), "{parked}: {error}");
 }
+
+/// A batch naming an event that is no longer there (pruned after the dispatcher read it) fails
+/// the call as a whole (its statement's error takes back what the loop applied), whichever
+/// form and however far the loop got: it is not reported as a failure of one of its events,
+/// which would count an attempt against an event that applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
+    let ids = thousand_with_poison_at(&db.pool, usize::MAX).await;
+    let (lo, hi): (String, String) = sqlx::query_as("SELECT min(tx_id)::text, max(tx_id)::text FROM highwater.events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let gone = ids[999] + 1_000_000;
+    for (form, statement, single) in [("perEvent", PER_EVENT_DIVIDE, false), ("set", SET_DIVIDE, true)] {
+        let mut conn = db.pool.acquire().await.unwrap();
+        let prepared: Option<String> = sqlx::query_scalar("SELECT highwater.sql_sink_prepare($1, $2)")
+            .bind(form)
+            .bind(statement)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(prepared, None, "{form}");
+        // The missing event last: the per-event loop has applied the other 1,000 when it sees it.
+        let named: Vec<i64> = ids.iter().copied().chain([gone]).collect();
+        let err = sqlx::query("SELECT * FROM highwater.sql_sink_apply($1, $2, NULL, $3, $4::xid8, $5::xid8, $6)")
+            .bind(form)
+            .bind(statement)
+            .bind(single)
+            .bind(&lo)
+            .bind(&hi)
+            .bind(&named)
+            .fetch_one(&mut *conn)
+            .await
+            .expect_err(form);
+        assert!(err.to_string().contains("1 of the batch's 1001 events were not found"), "{form}: {err}");
+    }
+}
+
+/// An error of the batch's transaction rather than of one of its events (here a deferred
+/// constraint, checked at COMMIT) counts no attempt against any event: with `maxAttempts: 1` and
+/// `errorMode: skip`, blaming the first event would park it although it applied. The batch is
+/// retried as it is, and applies whole once the cause is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_at_commit_parks_no_event_and_the_batch_applies_once_mended() {
+    let db = setup(&["Item"]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL,
+                            CONSTRAINT q_once UNIQUE (q) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    // The third repeats the first's q: each INSERT passes, the COMMIT fails.
+    for n in [1, 2, 1] {
+        ids.push(append(&mut tx, &NewEvent::new("item", "s", "Item", json!({"n": n}))).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    apply(
+        &db.pool,
+        &consumer(
+            "proj",
+            "delivery: Shared\nmaxAttempts: 1\nerrorMode: skip\nsink:\n  sql:\n    statement: \"INSERT INTO proj (event_id, q) VALUES ($2, ($1->>'n')::int)\"",
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let pool = db.pool.clone();
+    let log = logs.path().join("d0.log");
+    eventually("the COMMIT to fail", Duration::from_secs(30), || {
+        let log = log.clone();
+        async move { std::fs::read_to_string(&log).unwrap_or_default().contains("q_once") }
+    })
+    .await;
+    // A few retries later: still nothing parked, nothing applied, the cursor where it was.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.dead_letters").fetch_one(&pool).await.unwrap();
+    assert_eq!(parked, 0, "no event parked for an error no event made");
+    let (status, attempts, failing, _, _) = shard(&pool, "proj").await;
+    assert_eq!((status.as_str(), attempts, failing), ("idle", 0, None));
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM proj").fetch_one(&pool).await.unwrap();
+    assert_eq!(applied, 0);
+
+    sqlx::raw_sql("ALTER TABLE proj DROP CONSTRAINT q_once").execute(&pool).await.unwrap();
+    wait_count(&pool, "SELECT count(*) FROM proj", 3, Duration::from_secs(60)).await;
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM proj ORDER BY event_id").fetch_all(&pool).await.unwrap();
+    assert_eq!(applied, ids);
+    let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.dead_letters").fetch_one(&pool).await.unwrap();
+    assert_eq!(parked, 0);
+}

@@ -12,7 +12,7 @@ use crate::{
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
     read_ahead::{self, Ahead},
     shards::{self, Advance, Batch, Failure, FailureOutcome, Repartition, Shard, ShardLock},
-    sink::{DeliveryContext, Sink, SinkError},
+    sink::{Applied, DeliveryContext, Sink, SinkError},
 };
 
 /// Everything a shard's passes need; rebuilt when the definition changes.
@@ -255,14 +255,14 @@ async fn transactional(
         Ok(()) => {
             let advance = Advance { shard: b.shard, from: b.shard.cursor, to: b.end, delivered: b.events.len() as i64 };
             let who = (&*ctx.consumer, &*ctx.instance_id);
-            match ctx.sink.deliver_and_advance(conn, who, b.events, &advance).await {
-                Ok(true) => {
+            match ctx.sink.deliver_and_advance(conn, who, b.events, &advance).await? {
+                Applied::Moved => {
                     ctx.handler_took(started);
                     ctx.acknowledged(b.events);
                     return Ok(b.delivered());
                 }
-                Ok(false) => return Ok(Outcome::Changed),
-                Err(err) => err,
+                Applied::Refused => return Ok(Outcome::Changed),
+                Applied::Failed(err) => err,
             }
         }
     };

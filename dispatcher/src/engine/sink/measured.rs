@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Instant};
 use async_trait::async_trait;
 use sqlx::PgConnection;
 
-use super::{DeliveryContext, Sink, SinkError};
+use super::{Applied, DeliveryContext, Sink, SinkError};
 use crate::{
     Event,
     metrics::{Metrics, SinkLabels},
@@ -59,10 +59,10 @@ impl Sink for Measured {
         who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
-    ) -> Result<bool, SinkError> {
+    ) -> crate::Result<Applied> {
         let started = Instant::now();
         let res = self.inner.deliver_and_advance(conn, who, events, advance).await;
-        self.observe(started, res.is_ok());
+        self.observe(started, matches!(res, Ok(Applied::Moved | Applied::Refused)));
         res
     }
 }

@@ -87,36 +87,53 @@ pub trait Sink: Send + Sync {
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError>;
 
     /// For transactional sinks: delivers `events` and, when every one applied, moves the cursor
-    /// (`advance`), atomically, on `conn`, which is in no transaction: `Ok(true)` when both
-    /// committed; `Ok(false)` when the move was refused (the shard changed) and nothing was
-    /// committed; `Err` with the first failing event when nothing was committed. An error of the
-    /// transaction itself (the move's, the commit's) fails the batch's first event.
+    /// (`advance`), atomically, on `conn`, which is in no transaction. Nothing is committed
+    /// unless the answer is [`Applied::Moved`]. An error of the transaction itself (its BEGIN,
+    /// the move, the COMMIT, where a deferred constraint is checked) is no event's fault: it is
+    /// the pass's `Err`, retried without counting an attempt against any event, because
+    /// blaming the first event could park or kill an event that applied.
     async fn deliver_and_advance(
         &self,
         conn: &mut PgConnection,
         who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
-    ) -> Result<bool, SinkError> {
+    ) -> crate::Result<Applied> {
         in_transaction(self, conn, who, events, advance).await
     }
 }
 
+/// What [`Sink::deliver_and_advance`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// Every event applied and the cursor moved, committed together.
+    Moved,
+    /// The move was refused (the shard changed under the pass); nothing was committed.
+    Refused,
+    /// An event failed; nothing was committed.
+    Failed(SinkError),
+}
+
 /// [`Sink::deliver_and_advance`] as every transactional sink can: a transaction opened with the
-/// sink's [`Sink::begin`], `deliver`, the move, commit (rollback if the move was refused).
+/// sink's [`Sink::begin`], `deliver`, the move, commit (rollback if either failed or was refused).
 pub async fn in_transaction<S: Sink + ?Sized>(
     sink: &S,
     conn: &mut PgConnection,
     (consumer, instance_id): (&str, &str),
     events: &[Event],
     advance: &Advance<'_>,
-) -> Result<bool, SinkError> {
-    let at_first = |e: sqlx::Error| SinkError::at(0, e.to_string());
-    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(sink.begin(consumer, instance_id))).await.map_err(at_first)?;
-    sink.deliver(&mut DeliveryContext { consumer, instance_id, tx: Some(&mut tx) }, events).await?;
-    let moved = advance.run(&mut tx).await.map_err(|e| SinkError::at(0, e.to_string()))?.is_some();
-    if moved { tx.commit().await } else { tx.rollback().await }.map_err(at_first)?;
-    Ok(moved)
+) -> crate::Result<Applied> {
+    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(sink.begin(consumer, instance_id))).await?;
+    if let Err(e) = sink.deliver(&mut DeliveryContext { consumer, instance_id, tx: Some(&mut tx) }, events).await {
+        tx.rollback().await?;
+        return Ok(Applied::Failed(e));
+    }
+    if advance.run(&mut tx).await?.is_none() {
+        tx.rollback().await?;
+        return Ok(Applied::Refused);
+    }
+    tx.commit().await?;
+    Ok(Applied::Moved)
 }
 
 /// The idempotency key of an external delivery: stable across redeliveries.

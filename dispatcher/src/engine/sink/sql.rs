@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec};
 use sqlx::{FromRow, PgConnection};
 
-use super::{DeliveryContext, Sink, SinkError, in_transaction};
+use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction};
 use crate::{Error, Event, Result, literal, shards::Advance};
 
 /// SQLSTATE of `highwater.sql_sink_refused` (migrations/20261202000020_sql_sink_refused.sql).
@@ -196,27 +196,32 @@ impl Sink for SqlSink {
         who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
-    ) -> Result<bool, SinkError> {
+    ) -> Result<Applied> {
         if events.is_empty() {
             return in_transaction(self, conn, who, events, advance).await;
         }
         let sql = self.apply_and_advance(who, events, advance);
+        // An error of the query itself (not one the apply reports as its row: the move's, the
+        // implicit COMMIT's, a batch whose events are gone) is no event's fault.
         let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await {
             Ok(rows) => rows,
-            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some(REFUSED) => return Ok(false),
-            Err(e) => return Err(fail(0, e)),
+            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some(REFUSED) => {
+                return Ok(Applied::Refused);
+            }
+            Err(e) => return Err(e.into()),
         };
         // One row per statement: the settings', the apply's, the move's.
-        let row = rows.get(1).ok_or_else(|| SinkError::at(0, "the SQL sink's apply statement returned no row"))?;
+        let row =
+            rows.get(1).ok_or_else(|| Error::Internal("the SQL sink's apply statement returned no row".into()))?;
         let (failed, deferred, message, _): (Option<i32>, Option<bool>, Option<String>, String) =
-            FromRow::from_row(row).map_err(|e| fail(0, e))?;
+            FromRow::from_row(row)?;
         match reported(events, failed, deferred, message) {
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(Applied::Moved),
             // Nothing was committed: the move is gated on the call's success. The set form asks
             // again one event at a time (`deliver`), in a transaction of its own, to name the
             // failing event, or to apply the batch if the failure does not recur.
             Err(e) if self.find_failing(events, &e) => in_transaction(self, conn, who, events, advance).await,
-            Err(e) => Err(e),
+            Err(e) => Ok(Applied::Failed(e)),
         }
     }
 }
