@@ -1,6 +1,7 @@
-//! Reading the next batch while the current one is delivered (external sinks): a batch read ahead
-//! is never delivered when an operator's command lands between its read and the cursor update
-//! that would make it the next batch; a drain that reads ahead delivers every event once, in order.
+//! Reading the next batch while the current one is delivered (external sinks on the claim's
+//! connection, SQL sinks on a second one): a batch read ahead is never delivered when an
+//! operator's command lands between its read and the cursor update that would make it the next
+//! batch; a drain that reads ahead delivers every event once, in order.
 mod common;
 
 use std::{
@@ -187,4 +188,80 @@ async fn a_batch_read_ahead_is_used_only_if_the_row_it_saw_still_stands() {
     let (next, batch) = ahead.after(shard.cursor, advanced).expect("the read stands");
     assert_eq!(next.cursor, at[9]);
     assert_eq!(batch.events.iter().map(|e| e.position()).collect::<Vec<_>>(), at[10..15].to_vec());
+}
+
+/// The SQL sink reads ahead too, on a second connection while the claim's runs the batch: a
+/// disable that lands while the batch runs refuses its cursor update (the whole batch rolls back)
+/// and the batch read beside it is discarded; enabled again, the drain applies every event
+/// exactly once, in order, reading ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it() {
+    let db = setup(&["OrderPlaced"]).await;
+    sqlx::raw_sql(
+        "CREATE SEQUENCE applied_seq;
+         CREATE TABLE proj (event_id bigint PRIMARY KEY, seq bigint NOT NULL);
+         CREATE TABLE hold (n int);
+         INSERT INTO hold VALUES (3)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    // Event 3 sleeps for as long as `hold` names it: the first batch (0-4) runs for 3 s. Every
+    // other event takes 100 ms, so that each batch runs long enough for the read beside it to take
+    // its snapshot before the batch commits (a read that starts after would be discarded: safe,
+    // but not what this test counts).
+    let statement = "INSERT INTO proj (event_id, seq) SELECT $2, nextval('applied_seq') \
+                     FROM pg_sleep(CASE WHEN ($1->>'n')::int IN (SELECT n FROM hold) THEN 3 ELSE 0.1 END)";
+    apply(
+        &db.pool,
+        &consumer("c", &format!("delivery: Shared\nbatchSize: 5\nsink: {{sql: {{statement: \"{statement}\"}}}}")),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "pod-a", logs.path());
+    let used = "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"used\"}";
+    let discarded =
+        "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"discarded\"}";
+
+    // The first batch running (its transaction open, nothing committed yet; it holds on event 3).
+    eventually("the first batch running", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%sql_sink_apply%' AND wait_event = 'PgSleep'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        n == 1
+    })
+    .await;
+    ops::disable(&db.pool, "c", None).await.unwrap();
+    eventually("the read ahead discarded", Duration::from_secs(30), || async {
+        metric(d.http_port, discarded).await == 1.0
+    })
+    .await;
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM proj").fetch_one(&db.pool).await.unwrap();
+    assert_eq!(applied, 0, "the refused batch rolled back whole");
+    assert_eq!(shard(&db.pool).await, ("disabled".to_owned(), 0, 0), "the cursor did not move");
+    assert_eq!(metric(d.http_port, used).await, 0.0);
+
+    sqlx::query("DELETE FROM hold").execute(&db.pool).await.unwrap();
+    ops::enable(&db.pool, "c", None).await.unwrap();
+    wait_count(&db.pool, "SELECT count(*) FROM proj", 20, Duration::from_secs(60)).await;
+    let order: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM proj ORDER BY seq").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(order, ids, "every event once, in order");
+    eventually("the cursor at the last event", Duration::from_secs(30), || async {
+        shard(&db.pool).await == ("idle".to_owned(), ids[19], 20)
+    })
+    .await;
+    assert!(metric(d.http_port, used).await >= 3.0, "batches 6-10, 11-15 and 16-20 were read beside and used");
+    assert_eq!(metric(d.http_port, discarded).await, 1.0);
 }

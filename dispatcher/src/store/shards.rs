@@ -162,7 +162,7 @@ const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status
      CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip, \
      partition_index, partition_count, barrier_tx, barrier_id";
 
-fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
+pub(crate) fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,

@@ -205,7 +205,7 @@ async fn locked(
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
     let b = Pass { shard: &shard, events: &batch.events, end, full };
     if ctx.sink.transactional() {
-        transactional(ctx, conn, b, prepared).await
+        transactional(ctx, conn, b, prepared, next).await
     } else {
         external(ctx, conn, b, next).await
     }
@@ -241,11 +241,14 @@ impl Pass<'_> {
 }
 
 /// A SQL sink: the batch and the cursor update commit together, so each event applies once.
+/// After a full batch the next one is read meanwhile on another connection of the pool (the
+/// claim's runs the batch), and `next` receives it if the cursor update leaves it standing.
 async fn transactional(
     ctx: &ShardCtx,
     conn: &mut sqlx::PgConnection,
     b: Pass<'_>,
     prepared: &mut bool,
+    next: &mut Option<(Shard, Batch)>,
 ) -> Result<Outcome> {
     let started = Instant::now();
     let ready = if *prepared { Ok(()) } else { ctx.sink.prepare(conn).await };
@@ -255,8 +258,25 @@ async fn transactional(
         Ok(()) => {
             let advance = Advance { shard: b.shard, from: b.shard.cursor, to: b.end, delivered: b.events.len() as i64 };
             let who = (&*ctx.consumer, &*ctx.instance_id);
-            match ctx.sink.deliver_and_advance(conn, who, b.events, &advance).await? {
-                Applied::Moved => {
+            let apply = ctx.sink.deliver_and_advance(conn, who, b.events, &advance);
+            let (applied, ahead) = match b.full.then(|| read_beside(ctx, b)).flatten() {
+                // The read first, so that its statement is on the wire before the batch's.
+                Some(read) => {
+                    let (ahead, applied) = tokio::join!(biased; read, apply);
+                    (applied, Some(ahead))
+                }
+                None => (apply.await, None),
+            };
+            let applied = applied?;
+            if let Some(ahead) = ahead {
+                *next = match &applied {
+                    Applied::Moved(advanced) => ahead.and_then(|a| a.after(b.shard.cursor, advanced.clone())),
+                    _ => None,
+                };
+                ctx.read_ahead(next.is_some());
+            }
+            match applied {
+                Applied::Moved(_) => {
                     ctx.handler_took(started);
                     ctx.acknowledged(b.events);
                     return Ok(b.delivered());
@@ -307,6 +327,33 @@ async fn transactional(
     ctx.failed(&failure, b.events);
     Ok(after_failure(&failure))
 }
+
+/// The read of the batch after `b` on another connection of the pool, to run beside the batch's
+/// own query: an idle one, or a new one while the pool has room (connecting overlaps the batch
+/// too); `None` when the pool is full, so that a pass never waits for another shard's
+/// connection, or when the shard waits at a barrier. A failed read costs only the overlap.
+fn read_beside<'a>(ctx: &'a ShardCtx, b: Pass<'a>) -> Option<impl Future<Output = Option<Ahead>> + 'a> {
+    let pool = &ctx.pool;
+    let idle = pool.try_acquire();
+    if b.shard.barrier.is_some() || (idle.is_none() && pool.size() >= pool.options().get_max_connections()) {
+        return None;
+    }
+    Some(async move {
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => tokio::time::timeout(CONNECT_BESIDE, pool.acquire()).await.ok()?.ok()?,
+        };
+        let (types, limit) = (&ctx.spec.event_types, i64::from(ctx.spec.batch_size));
+        read_ahead::read(&mut conn, b.shard, b.end, types, limit, ctx.sink.needs_bodies()).await.unwrap_or_else(|e| {
+            tracing::debug!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "read ahead failed");
+            None
+        })
+    })
+}
+
+/// The longest a pass waits for a new connection to read beside its batch (when another task took
+/// the pool's room first, `acquire` would wait for a connection to come back).
+const CONNECT_BESIDE: Duration = Duration::from_millis(250);
 
 /// Opens the cursor transaction the way the sink asks (its settings travel with `BEGIN`).
 async fn begin<'c>(ctx: &ShardCtx, conn: &'c mut sqlx::PgConnection) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {

@@ -62,7 +62,7 @@ impl Sink for Measured {
     ) -> crate::Result<Applied> {
         let started = Instant::now();
         let res = self.inner.deliver_and_advance(conn, who, events, advance).await;
-        self.observe(started, matches!(res, Ok(Applied::Moved | Applied::Refused)));
+        self.observe(started, matches!(res, Ok(Applied::Moved(_) | Applied::Refused)));
         res
     }
 }

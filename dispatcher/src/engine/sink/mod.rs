@@ -7,7 +7,10 @@ use async_trait::async_trait;
 use highwater_crds::ConsumerSpec;
 use sqlx::{Connection, PgConnection};
 
-use crate::{Error, Event, Result, shards::Advance};
+use crate::{
+    Error, Event, Result,
+    shards::{Advance, Shard},
+};
 
 mod envelope;
 mod kafka;
@@ -104,10 +107,11 @@ pub trait Sink: Send + Sync {
 }
 
 /// What [`Sink::deliver_and_advance`] did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Applied {
-    /// Every event applied and the cursor moved, committed together.
-    Moved,
+    /// Every event applied and the cursor moved, committed together: the shard row as the move
+    /// left it.
+    Moved(Shard),
     /// The move was refused (the shard changed under the pass); nothing was committed.
     Refused,
     /// An event failed; nothing was committed.
@@ -128,12 +132,12 @@ pub async fn in_transaction<S: Sink + ?Sized>(
         tx.rollback().await?;
         return Ok(Applied::Failed(e));
     }
-    if advance.run(&mut tx).await?.is_none() {
+    let Some(moved) = advance.run(&mut tx).await? else {
         tx.rollback().await?;
         return Ok(Applied::Refused);
-    }
+    };
     tx.commit().await?;
-    Ok(Applied::Moved)
+    Ok(Applied::Moved(moved))
 }
 
 /// The idempotency key of an external delivery: stable across redeliveries.

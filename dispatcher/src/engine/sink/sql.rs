@@ -16,7 +16,10 @@ use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec};
 use sqlx::{FromRow, PgConnection};
 
 use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction};
-use crate::{Error, Event, Result, literal, shards::Advance};
+use crate::{
+    Error, Event, Result, literal,
+    shards::{self, Advance},
+};
 
 /// SQLSTATE of `highwater.sql_sink_refused` (migrations/20261202000020_sql_sink_refused.sql).
 const REFUSED: &str = "HW001";
@@ -115,7 +118,8 @@ impl SqlSink {
                                              '{lo}'::xid8, '{hi}'::xid8, '{{{ids}}}'::bigint[]) a;
              WITH moved AS ({update})
              SELECT CASE WHEN {applied} AND NOT EXISTS (SELECT FROM moved) THEN highwater.sql_sink_refused()
-                         ELSE (SELECT count(*) FROM moved) END AS moved",
+                    END AS refused, m.*
+               FROM (SELECT) AS one LEFT JOIN moved m ON true",
             settings = self.settings(consumer, instance_id),
             form = literal::text(self.form.as_str()),
             statement = literal::text(&self.statement),
@@ -210,13 +214,15 @@ impl Sink for SqlSink {
             }
             Err(e) => return Err(e.into()),
         };
-        // One row per statement: the settings', the apply's, the move's.
-        let row =
-            rows.get(1).ok_or_else(|| Error::Internal("the SQL sink's apply statement returned no row".into()))?;
+        // One row per statement: the settings', the apply's, the move's (the shard row it left,
+        // all NULL when the batch did not apply).
+        let [_, apply, moved] = &rows[..] else {
+            return Err(Error::Internal(format!("the SQL sink's query returned {} rows, not 3", rows.len())));
+        };
         let (failed, deferred, message, _): (Option<i32>, Option<bool>, Option<String>, String) =
-            FromRow::from_row(row)?;
+            FromRow::from_row(apply)?;
         match reported(events, failed, deferred, message) {
-            Ok(()) => Ok(Applied::Moved),
+            Ok(()) => Ok(Applied::Moved(shards::shard_from_row(moved)?)),
             // Nothing was committed: the move is gated on the call's success. The set form asks
             // again one event at a time (`deliver`), in a transaction of its own, to name the
             // failing event, or to apply the batch if the failure does not recur.
