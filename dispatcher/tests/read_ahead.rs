@@ -40,6 +40,23 @@ async fn metric(port: u16, series: &str) -> f64 {
     body.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
 
+/// Twenty events in one transaction, `n` 0..19; their ids in order.
+async fn twenty_orders(pool: &sqlx::PgPool) -> Vec<i64> {
+    let mut tx = pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap(),
+        );
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+const USED: &str = "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"used\"}";
+const DISCARDED: &str =
+    "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"discarded\"}";
+
 async fn shard(pool: &sqlx::PgPool) -> (String, i64, i64) {
     sqlx::query_as("SELECT status, cursor_id, delivered_count FROM highwater.consumer_shards WHERE consumer = 'c'")
         .fetch_one(pool)
@@ -50,14 +67,7 @@ async fn shard(pool: &sqlx::PgPool) -> (String, i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_batch_read_ahead() {
     let db = setup(&["OrderPlaced"]).await;
-    let mut tx = db.pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for i in 0..20 {
-        ids.push(
-            append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap(),
-        );
-    }
-    tx.commit().await.unwrap();
+    let ids = twenty_orders(&db.pool).await;
 
     let gate =
         Arc::new(Gate { batches: Mutex::default(), hold: AtomicBool::new(true), open: watch::Sender::new(false) });
@@ -72,9 +82,7 @@ async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_bat
     .await;
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start(&db.url, "pod-a", logs.path());
-    let used = "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"used\"}";
-    let discarded =
-        "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"discarded\"}";
+    let (used, discarded) = (USED, DISCARDED);
 
     // The first batch (events 1-5) is held at the receiver; meanwhile the pass reads 6-10 ahead.
     eventually("the first batch at the receiver", Duration::from_secs(60), || async {
@@ -206,14 +214,7 @@ async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it()
     .execute(&db.pool)
     .await
     .unwrap();
-    let mut tx = db.pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for i in 0..20 {
-        ids.push(
-            append(&mut tx, &NewEvent::new("order", &i.to_string(), "OrderPlaced", json!({"n": i}))).await.unwrap(),
-        );
-    }
-    tx.commit().await.unwrap();
+    let ids = twenty_orders(&db.pool).await;
     // Event 3 sleeps for as long as `hold` names it: the first batch (0-4) runs for 3 s. Every
     // other event takes 100 ms, so that each batch runs long enough for the read beside it to take
     // its snapshot before the batch commits (a read that starts after would be discarded: safe,
@@ -227,9 +228,7 @@ async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it()
     .await;
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start(&db.url, "pod-a", logs.path());
-    let used = "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"used\"}";
-    let discarded =
-        "highwater_read_ahead_batches_total{consumer=\"c\",instance_id=\"__shared__\",outcome=\"discarded\"}";
+    let (used, discarded) = (USED, DISCARDED);
 
     // The first batch running (its transaction open, nothing committed yet; it holds on event 3).
     eventually("the first batch running", Duration::from_secs(60), || async {
