@@ -426,8 +426,10 @@ async fn an_error_at_commit_parks_no_event_and_the_batch_applies_once_mended() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.dead_letters").fetch_one(&pool).await.unwrap();
     assert_eq!(parked, 0, "no event parked for an error no event made");
-    let (status, attempts, failing, _, _) = shard(&pool, "proj").await;
+    let (status, attempts, failing, _, error) = shard(&pool, "proj").await;
     assert_eq!((status.as_str(), attempts, failing), ("idle", 0, None));
+    let error = error.expect("the failed pass is shown where `consumer status` shows errors");
+    assert!(error.starts_with("pass failed: ") && error.contains("q_once"), "{error}");
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM proj").fetch_one(&pool).await.unwrap();
     assert_eq!(applied, 0);
 
@@ -438,4 +440,6 @@ async fn an_error_at_commit_parks_no_event_and_the_batch_applies_once_mended() {
     assert_eq!(applied, ids);
     let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.dead_letters").fetch_one(&pool).await.unwrap();
     assert_eq!(parked, 0);
+    let (status, _, _, _, error) = shard(&pool, "proj").await;
+    assert_eq!((status.as_str(), error), ("idle", None), "the delivery cleared the note");
 }

@@ -9,7 +9,7 @@ use super::{
     pass::{self, Outcome, ShardCtx},
     wakeup::Head,
 };
-use crate::{Position, metrics::ConsumerLabels};
+use crate::{Position, metrics::ConsumerLabels, shards};
 
 /// Signals besides the head: `nudge` (a control notification: look now) and `refresh` (the
 /// periodic reload: look again if halted).
@@ -131,6 +131,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     tracing::error!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "pass failed");
+                    note(&ctx, &e).await;
                     retry_at = Some(Instant::now() + error_delay);
                     error_delay = (error_delay * 2).min(Duration::from_secs(30));
                 }
@@ -151,5 +152,19 @@ pub async fn run(
             r = members_rx.changed() => if r.is_err() { return },
             _ = tokio::time::sleep_until(sleep_until) => {}
         }
+    }
+}
+
+/// Shows a failed pass where `consumer status` and the EventConsumer's status show errors: an
+/// error no event caused (a batch that cannot commit, cursors ahead of the database) counts no
+/// attempt and leaves the status as it was, and would otherwise be in the logs only. The next
+/// delivery clears it. Bounded, since the database may be what failed.
+async fn note(ctx: &ShardCtx, e: &crate::Error) {
+    let message = format!("pass failed: {e}");
+    let note = shards::note_error(&ctx.pool, &ctx.consumer, &ctx.instance_id, &message);
+    match tokio::time::timeout(Duration::from_secs(2), note).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::debug!(consumer = %ctx.consumer, error = %err, "could not note the failed pass"),
+        Err(_) => tracing::debug!(consumer = %ctx.consumer, "noting the failed pass timed out"),
     }
 }
