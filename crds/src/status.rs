@@ -8,7 +8,8 @@ pub struct EventConsumerStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready`, `Degraded` (a shard is dead or failing), `Suspended`, `Conflict` (another
+    /// `Ready`, `Degraded` (a shard is dead, retrying an event, or idle with an
+    /// error no event caused), `Suspended`, `Conflict` (another
     /// resource claims the consumer name), `InvalidSpec` (the spec was refused) or `Pending` (no
     /// shard yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -113,6 +113,14 @@ pub fn validate_consumer_name(name: &str) -> Result<(), String> {
 /// PostgreSQL's largest `statement_timeout`: INT_MAX milliseconds.
 pub const MAX_SQL_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
 
+/// The error for a `sink.sql.timeout` over [`MAX_SQL_TIMEOUT`]; the dispatcher refuses one too.
+pub fn sql_timeout_too_long(value: &str) -> String {
+    format!(
+        "sink.sql.timeout: {value:?} is over PostgreSQL's statement_timeout limit ({}); write at most that, or 0s for none",
+        humantime::format_duration(MAX_SQL_TIMEOUT)
+    )
+}
+
 pub(crate) fn duration(field: &str, value: &str, problems: &mut Vec<String>) -> Option<Duration> {
     match humantime::parse_duration(value) {
         Ok(d) => Some(d),
@@ -204,10 +212,7 @@ impl ConsumerSpec {
                 && let Some(d) = duration("sink.sql.timeout", t, &mut problems)
                 && d > MAX_SQL_TIMEOUT
             {
-                problems.push(format!(
-                    "sink.sql.timeout: {t:?} is over PostgreSQL's statement_timeout limit ({}); write at most that, or 0s for none",
-                    humantime::format_duration(MAX_SQL_TIMEOUT)
-                ));
+                problems.push(sql_timeout_too_long(t));
             }
             for (field, v) in [("reset", &sql.reset), ("bootstrap", &sql.bootstrap)] {
                 if v.as_ref().is_some_and(|v| v.trim().is_empty()) {

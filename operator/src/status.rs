@@ -53,10 +53,14 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         .collect();
     let dead: Vec<&ShardState> = shards.iter().filter(|s| s.status == "dead").collect();
     let failing: Vec<&ShardState> = shards.iter().filter(|s| s.status == "processing").collect();
+    // Idle with an error: its passes fail before any event is blamed (a batch that cannot
+    // commit, a sink that cannot be built), so the status alone would say all is well.
+    let stuck: Vec<&ShardState> = shards.iter().filter(|s| s.status == "idle" && s.last_error.is_some()).collect();
+    let degraded = !dead.is_empty() || !failing.is_empty() || !stuck.is_empty();
     let state = match (&i.problem, i.suspended) {
         (Some((problem, _)), _) => problem.state(),
         (None, true) => ConsumerState::Suspended,
-        (None, false) if !dead.is_empty() || !failing.is_empty() => ConsumerState::Degraded,
+        (None, false) if degraded => ConsumerState::Degraded,
         (None, false) if shards.is_empty() => ConsumerState::Pending,
         _ => ConsumerState::Ready,
     };
@@ -67,6 +71,11 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
             failing
                 .iter()
                 .map(|s| format!("shard {} is retrying event {}", s.instance, s.failing_event_id.unwrap_or_default())),
+        )
+        .chain(
+            stuck
+                .iter()
+                .map(|s| format!("shard {} is stuck: {}", s.instance, s.last_error.as_deref().unwrap_or_default())),
         )
         .collect::<Vec<_>>()
         .join("; ");
@@ -79,13 +88,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
     };
     let conditions = vec![
         condition(i, condition_type::READY, state == ConsumerState::Ready, ready_reason, &ready_msg),
-        condition(
-            i,
-            condition_type::DEGRADED,
-            !dead.is_empty() || !failing.is_empty(),
-            reason::SHARDS_FAILING,
-            &degraded_msg,
-        ),
+        condition(i, condition_type::DEGRADED, degraded, reason::SHARDS_FAILING, &degraded_msg),
         condition(
             i,
             condition_type::SUSPENDED,
@@ -229,6 +232,21 @@ mod tests {
         let second = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(Some(&first), "t2"));
         assert!(newly_dead(Some(&first), &second).is_empty());
         assert_eq!(second.conditions[1].last_transition_time, "t1", "unchanged conditions keep their time");
+    }
+
+    #[test]
+    fn an_idle_shard_whose_passes_fail_degrades_with_the_error() {
+        let mut stuck = row("b", "idle", 4);
+        stuck.last_error = Some("pass failed: duplicate key value violates unique constraint".into());
+        let s = compute(&[row("a", "idle", 0), stuck], &inputs(None, "t1"));
+        assert_eq!(s.state, Some(ConsumerState::Degraded));
+        assert_eq!(s.conditions[1].status, "True");
+        assert!(
+            s.conditions[1].message.contains("shard b is stuck: pass failed: duplicate key"),
+            "{}",
+            s.conditions[1].message
+        );
+        assert_eq!(s.conditions[0].status, "False", "not Ready while a shard is stuck");
     }
 
     #[test]

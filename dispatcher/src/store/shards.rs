@@ -665,6 +665,22 @@ pub async fn note_error(pool: &PgPool, consumer: &str, instance: &str, error: &s
     Ok(())
 }
 
+/// Clears an error [`note_error`] wrote, once the shard's passes work again. Only an idle
+/// shard's: a processing or dead shard's error is its failing event's, which only a delivery or an
+/// ops command clears.
+pub async fn clear_noted_error(pool: &PgPool, consumer: &str, instance: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE highwater.consumer_shards SET last_error = NULL, updated_at = now()
+          WHERE consumer = $1 AND status = 'idle' AND last_error IS NOT NULL
+            AND (instance_id = $2 OR ($2 = '__shared__' AND highwater.is_shared_shard(instance_id)))",
+    )
+    .bind(consumer)
+    .bind(instance)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// Marks this instance's shards alive, for `consumer gc` outside Kubernetes.
 pub async fn heartbeat(pool: &PgPool, instance: &str) -> Result<()> {
     sqlx::query("UPDATE highwater.consumer_shards SET heartbeat_at = now() WHERE instance_id = $1")

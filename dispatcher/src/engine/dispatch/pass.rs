@@ -333,9 +333,13 @@ async fn transactional(
 /// too); `None` when the pool is full, so that a pass never waits for another shard's
 /// connection, or when the shard waits at a barrier. A failed read costs only the overlap.
 fn read_beside<'a>(ctx: &'a ShardCtx, b: Pass<'a>) -> Option<impl Future<Output = Option<Ahead>> + 'a> {
+    // A shard at a barrier cannot use a read beside it; it must not hold a connection for one.
+    if b.shard.barrier.is_some() {
+        return None;
+    }
     let pool = &ctx.pool;
     let idle = pool.try_acquire();
-    if b.shard.barrier.is_some() || (idle.is_none() && pool.size() >= pool.options().get_max_connections()) {
+    if idle.is_none() && pool.size() >= pool.options().get_max_connections() {
         return None;
     }
     Some(async move {

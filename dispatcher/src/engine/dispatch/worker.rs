@@ -64,6 +64,10 @@ pub async fn run(
     // The shard's claim, kept between the passes of a backlog.
     let mut claim: Option<pass::Claim> = None;
     let mut error_delay = Duration::from_millis(200);
+    // Whether the shard row may still show a failed pass's error. True at the start: an error
+    // noted before this worker ran (by a dispatcher since restarted, or a sink that could not be
+    // built then) must not outlive the first pass that works.
+    let mut noted = true;
     let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, members: mut members_rx } = wakeups;
     let mut owned = Owned { ctx: &ctx, on: false };
     loop {
@@ -101,6 +105,19 @@ pub async fn run(
                     error_delay = Duration::from_millis(200);
                     halted = false;
                     match outcome {
+                        // Its cursor update cleared the error.
+                        Outcome::Delivered { .. } => noted = false,
+                        Outcome::CaughtUp { .. }
+                        | Outcome::Backoff { .. }
+                        | Outcome::Halted { .. }
+                        | Outcome::AtBarrier { .. }
+                            if noted =>
+                        {
+                            noted = !unnote(&ctx).await
+                        }
+                        _ => {}
+                    }
+                    match outcome {
                         Outcome::Delivered { cursor, more } => {
                             known = Some(cursor);
                             if more {
@@ -132,6 +149,7 @@ pub async fn run(
                 Err(e) => {
                     tracing::error!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "pass failed");
                     note(&ctx, &e).await;
+                    noted = true;
                     retry_at = Some(Instant::now() + error_delay);
                     error_delay = (error_delay * 2).min(Duration::from_secs(30));
                 }
@@ -152,6 +170,21 @@ pub async fn run(
             r = members_rx.changed() => if r.is_err() { return },
             _ = tokio::time::sleep_until(sleep_until) => {}
         }
+    }
+}
+
+/// Clears what [`note`] wrote once a pass works again, also when it found nothing to deliver (a
+/// delivery clears it anyway): otherwise a one-off failure would show the consumer as degraded
+/// until its next event. True when cleared.
+async fn unnote(ctx: &ShardCtx) -> bool {
+    let clear = shards::clear_noted_error(&ctx.pool, &ctx.consumer, &ctx.instance_id);
+    match tokio::time::timeout(Duration::from_secs(2), clear).await {
+        Ok(Ok(())) => true,
+        Ok(Err(err)) => {
+            tracing::debug!(consumer = %ctx.consumer, error = %err, "could not clear the failed pass's note");
+            false
+        }
+        Err(_) => false,
     }
 }
 

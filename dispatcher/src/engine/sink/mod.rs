@@ -127,8 +127,22 @@ pub async fn in_transaction<S: Sink + ?Sized>(
     events: &[Event],
     advance: &Advance<'_>,
 ) -> crate::Result<Applied> {
+    let deliver = async |tx: &mut PgConnection| {
+        sink.deliver(&mut DeliveryContext { consumer, instance_id, tx: Some(tx) }, events).await
+    };
+    in_transaction_with(sink, conn, (consumer, instance_id), deliver, advance).await
+}
+
+/// [`in_transaction`] with the delivery given: for a sink that delivers differently on a retry.
+pub async fn in_transaction_with<S: Sink + ?Sized>(
+    sink: &S,
+    conn: &mut PgConnection,
+    (consumer, instance_id): (&str, &str),
+    deliver: impl AsyncFnOnce(&mut PgConnection) -> Result<(), SinkError>,
+    advance: &Advance<'_>,
+) -> crate::Result<Applied> {
     let mut tx = conn.begin_with(sqlx::AssertSqlSafe(sink.begin(consumer, instance_id))).await?;
-    if let Err(e) = sink.deliver(&mut DeliveryContext { consumer, instance_id, tx: Some(&mut tx) }, events).await {
+    if let Err(e) = deliver(&mut tx).await {
         tx.rollback().await?;
         return Ok(Applied::Failed(e));
     }

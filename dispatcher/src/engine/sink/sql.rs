@@ -12,10 +12,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec};
+use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec, sql_timeout_too_long};
 use sqlx::{FromRow, PgConnection};
 
-use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction};
+use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction, in_transaction_with};
 use crate::{
     Error, Event, Result, literal,
     shards::{self, Advance},
@@ -45,11 +45,7 @@ impl SqlSink {
         };
         // Validation refuses it too; checked here as well because the settings must not fail.
         if timeout > MAX_SQL_TIMEOUT {
-            return Err(Error::config(format!(
-                "sink.sql.timeout {:?} is over PostgreSQL's statement_timeout limit ({}); write at most that, or 0s for none",
-                spec.timeout.as_deref().unwrap_or_default(),
-                humantime::format_duration(MAX_SQL_TIMEOUT)
-            )));
+            return Err(Error::config(sql_timeout_too_long(spec.timeout.as_deref().unwrap_or_default())));
         }
         Ok(SqlSink {
             statement: spec.statement.clone(),
@@ -224,9 +220,12 @@ impl Sink for SqlSink {
         match reported(events, failed, deferred, message) {
             Ok(()) => Ok(Applied::Moved(shards::shard_from_row(moved)?)),
             // Nothing was committed: the move is gated on the call's success. The set form asks
-            // again one event at a time (`deliver`), in a transaction of its own, to name the
-            // failing event, or to apply the batch if the failure does not recur.
-            Err(e) if self.find_failing(events, &e) => in_transaction(self, conn, who, events, advance).await,
+            // again one event at a time, in a transaction of its own, to name the failing event,
+            // or to apply the batch if the failure does not recur.
+            Err(e) if self.find_failing(events, &e) => {
+                let one_by_one = async |tx: &mut PgConnection| self.apply(tx, events, true).await;
+                in_transaction_with(self, conn, who, one_by_one, advance).await
+            }
             Err(e) => Ok(Applied::Failed(e)),
         }
     }
