@@ -1,5 +1,6 @@
 //! Operations through Kubernetes: a poison event degrades the resource with an Event; the skip,
-//! restart and rebuild annotations act once per value; `spec.suspend` disables the shards.
+//! restart and rebuild annotations act once per value; `spec.suspend` disables the shards; a batch
+//! that cannot commit degrades it too.
 mod common;
 
 use std::time::Duration;
@@ -110,6 +111,61 @@ spec:
     eventually("Suspended", Duration::from_secs(30), || async { jsonpath(&w, "{.status.state}").await == "Suspended" })
         .await;
     assert_eq!(shard_statuses(&w.pool, "poisoned").await, ["disabled"]);
+    stop.cancel();
+    d.await.unwrap().unwrap();
+}
+
+/// A batch that cannot commit for a reason that is none of its events' (a deferred constraint
+/// they violate together, checked at COMMIT) leaves the shard idle with no attempt counted, so its
+/// status alone would say all is well: the resource is Degraded all the same, naming the shard and
+/// PostgreSQL's message, and Ready again once the cause is mended and the batch applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_cannot_commit_degrades_the_resource_until_mended() {
+    let w = world(&["Tick"]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE seen (id bigint PRIMARY KEY, n int NOT NULL,
+                            CONSTRAINT n_once UNIQUE (n) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .execute(&w.pool)
+    .await
+    .unwrap();
+    let _op = Operator::start(&w, "op-1", false);
+    let ec = r#"
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: poisoned, namespace: shop}
+spec:
+  delivery: Shared
+  sink: {sql: {statement: "INSERT INTO seen VALUES ($2, ($1->>'n')::int)"}}
+"#;
+    assert!(apply(&w, ec).await.status.success());
+    eventually("the consumer row", Duration::from_secs(60), || async {
+        jsonpath(&w, "{.status.state}").await == "Ready"
+    })
+    .await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
+    cfg.poll_interval = Duration::from_millis(20);
+    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+
+    // One transaction, two events with the same n: each INSERT passes, the COMMIT fails.
+    let mut tx = w.pool.begin().await.unwrap();
+    for _ in 0..2 {
+        append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"n": 7}))).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    eventually("Degraded", Duration::from_secs(60), || async { jsonpath(&w, "{.status.state}").await == "Degraded" })
+        .await;
+    let message = jsonpath(&w, "{.status.conditions[?(@.type==\"Degraded\")].message}").await;
+    assert!(message.contains("is stuck: pass failed") && message.contains("n_once"), "{message}");
+    assert_eq!(jsonpath(&w, "{.status.shards[0].status}").await, "idle");
+    assert_eq!(jsonpath(&w, "{.status.shards[0].attempts}").await, "0");
+
+    sqlx::raw_sql("ALTER TABLE seen DROP CONSTRAINT n_once").execute(&w.pool).await.unwrap();
+    eventually("Ready again", Duration::from_secs(60), || async { jsonpath(&w, "{.status.state}").await == "Ready" })
+        .await;
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM seen").fetch_one(&w.pool).await.unwrap();
+    assert_eq!(applied, 2, "the batch applied whole once mended");
     stop.cancel();
     d.await.unwrap().unwrap();
 }
