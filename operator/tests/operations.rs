@@ -8,6 +8,8 @@ use std::time::Duration;
 use common::*;
 use highwater::{NewEvent, append, dispatch};
 use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 async fn jsonpath(w: &World, path: &str) -> String {
     w.cp.kubectl_ok(["get", "ec", "poisoned", "-n", "shop", "-o", &format!("jsonpath={path}")])
@@ -28,6 +30,15 @@ async fn append_n(w: &World, n: i64) -> i64 {
     let id = append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({"n": n}))).await.unwrap();
     tx.commit().await.unwrap();
     id
+}
+
+/// A dispatcher of the default group, in process: cancel the token and await the task to stop it.
+fn dispatcher(w: &World) -> (CancellationToken, JoinHandle<highwater::Result<()>>) {
+    let stop = CancellationToken::new();
+    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
+    cfg.poll_interval = Duration::from_millis(20);
+    cfg.refresh_interval = Duration::from_secs(1);
+    (stop.clone(), tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,11 +63,7 @@ spec:
     .await;
 
     // A dispatcher, in process.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
-    cfg.poll_interval = Duration::from_millis(20);
-    cfg.refresh_interval = Duration::from_secs(1);
-    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+    let (stop, d) = dispatcher(&w);
 
     append_n(&w, 1).await;
     let poison = append_n(&w, 0).await;
@@ -143,10 +150,7 @@ spec:
         jsonpath(&w, "{.status.state}").await == "Ready"
     })
     .await;
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
-    cfg.poll_interval = Duration::from_millis(20);
-    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+    let (stop, d) = dispatcher(&w);
 
     // One transaction, two events with the same n: each INSERT passes, the COMMIT fails.
     let mut tx = w.pool.begin().await.unwrap();
@@ -202,10 +206,7 @@ spec:
             .unwrap()
         }
     };
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut cfg = dispatch::DispatchConfig::new("default", "test-dispatcher");
-    cfg.poll_interval = Duration::from_millis(20);
-    let d = tokio::spawn(dispatch::run(w.pool.clone(), cfg, stop.clone()));
+    let (stop, d) = dispatcher(&w);
     for n in 0..5 {
         append_n(&w, n).await;
     }
