@@ -426,7 +426,7 @@ async fn an_error_at_commit_parks_no_event_and_the_batch_applies_once_mended() {
     )
     .await;
     let logs = tempfile::tempdir().unwrap();
-    let _d = Dispatcher::start(&db.url, "d0", logs.path());
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
     let pool = db.pool.clone();
     let log = logs.path().join("d0.log");
     eventually("the COMMIT to fail", Duration::from_secs(30), || {
@@ -444,6 +444,15 @@ async fn an_error_at_commit_parks_no_event_and_the_batch_applies_once_mended() {
     assert!(error.starts_with("pass failed: ") && error.contains("q_once"), "{error}");
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM proj").fetch_one(&pool).await.unwrap();
     assert_eq!(applied, 0);
+    // Counted where HighwaterPassesFailing looks.
+    let metrics =
+        reqwest::get(format!("http://127.0.0.1:{}/metrics", d.http_port)).await.unwrap().text().await.unwrap();
+    let passes_failed: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("highwater_passes_failed_total{") && l.contains("consumer=\"proj\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no highwater_passes_failed_total for proj in:\n{metrics}"));
+    assert!(passes_failed >= 1.0, "{passes_failed}");
 
     sqlx::raw_sql("ALTER TABLE proj DROP CONSTRAINT q_once").execute(&pool).await.unwrap();
     wait_count(&pool, "SELECT count(*) FROM proj", 3, Duration::from_secs(60)).await;

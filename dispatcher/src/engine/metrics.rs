@@ -67,6 +67,7 @@ pub struct Metrics {
     pub lag_seconds: Family<ShardLabels, Gauge<f64, AtomicU64>>,
     pub processed: Family<ShardLabels, Counter>,
     pub failed: Family<ShardLabels, Counter>,
+    pub passes_failed: Family<ShardLabels, Counter>,
     pub delivery_latency: HistogramFamily,
     pub handler_duration: HistogramFamily,
     pub shard_status: Family<StatusLabels, Gauge>,
@@ -96,6 +97,7 @@ impl Metrics {
             lag_seconds: Family::default(),
             processed: Family::default(),
             failed: Family::default(),
+            passes_failed: Family::default(),
             delivery_latency: Family::new_with_constructor(latency_histogram),
             handler_duration: Family::new_with_constructor(latency_histogram),
             shard_status: Family::default(),
@@ -132,6 +134,12 @@ impl Metrics {
             "events_failed",
             "Failed delivery attempts (one per failing event per attempt)",
             m.failed.clone(),
+        );
+        registry.register(
+            "passes_failed",
+            "Passes that failed before any event was to blame (a batch that cannot commit, a statement or \
+             connection the database refuses): retried with backoff, no attempt counted",
+            m.passes_failed.clone(),
         );
         registry.register(
             "delivery_latency_seconds",

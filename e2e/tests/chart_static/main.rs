@@ -44,7 +44,7 @@ const RELEASE: &str = "highwater";
 const NAMESPACE: &str = "highwater-system";
 
 /// The alerts the chart promises (issue "Helm chart, alerts and Grafana lag dashboards").
-const REQUIRED_ALERTS: [&str; 11] = [
+const REQUIRED_ALERTS: [&str; 12] = [
     "HighwaterConsumerLagHigh",
     "HighwaterConsumerFallingBehind",
     "HighwaterConsumerStalled",
@@ -56,16 +56,18 @@ const REQUIRED_ALERTS: [&str; 11] = [
     "HighwaterOperatorDown",
     "HighwaterOperatorReconcileErrors",
     "HighwaterBrokerSinkFailing",
+    "HighwaterPassesFailing",
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 23] = [
+const METRICS: [&str; 24] = [
     "highwater_consumer_lag_events",
     "highwater_rebuild_events_done",
     "highwater_rebuild_events_expected",
     "highwater_consumer_lag_seconds",
     "highwater_events_processed_total",
     "highwater_events_failed_total",
+    "highwater_passes_failed_total",
     "highwater_delivery_latency_seconds",
     "highwater_handler_duration_seconds",
     "highwater_shard_status",

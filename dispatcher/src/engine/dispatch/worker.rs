@@ -9,7 +9,11 @@ use super::{
     pass::{self, Outcome, ShardCtx},
     wakeup::Head,
 };
-use crate::{Position, metrics::ConsumerLabels, shards};
+use crate::{
+    Position,
+    metrics::{ConsumerLabels, ShardLabels},
+    shards,
+};
 
 /// Signals besides the head: `nudge` (a control notification: look now) and `refresh` (the
 /// periodic reload: look again if halted).
@@ -148,6 +152,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     tracing::error!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "pass failed");
+                    ctx.metrics.passes_failed.get_or_create(&ShardLabels::new(&ctx.consumer, &ctx.instance_id)).inc();
                     note(&ctx, &e).await;
                     noted = true;
                     retry_at = Some(Instant::now() + error_delay);
