@@ -182,6 +182,63 @@ async fn both_forms_see_the_nine_columns_as_stored() {
     }
 }
 
+/// The apply reads its batch as the range from the batch's first event to its last and walks the
+/// batch's ids beside it: events of other types inside that range are not the batch's. Each form
+/// applies exactly the consumer's events, once, the per-event form in delivery order, though
+/// every batch's range holds twice as many events of another type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_other_types_inside_a_batch_are_passed_over_in_both_forms() {
+    let db = setup(&["Item", "Other"]).await;
+    sqlx::raw_sql(
+        "CREATE TABLE each_seen (n bigserial PRIMARY KEY, event_id bigint UNIQUE NOT NULL);
+         CREATE TABLE set_seen (event_id bigint PRIMARY KEY)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut items = Vec::new();
+    for t in 0..3 {
+        let mut tx = db.pool.begin().await.unwrap();
+        for i in 0..600 {
+            let kind = if i % 3 == 1 { "Item" } else { "Other" };
+            let id = append(&mut tx, &NewEvent::new("item", &format!("s{t}-{}", i % 7), kind, json!({"i": i})))
+                .await
+                .unwrap();
+            if kind == "Item" {
+                items.push(id);
+            }
+        }
+        tx.commit().await.unwrap();
+    }
+    let yaml = [
+        consumer(
+            "each",
+            "delivery: Shared\nbatchSize: 70\neventTypes: [Item]\nsink: {sql: {statement: 'INSERT INTO each_seen (event_id) VALUES ($2)'}}",
+        ),
+        consumer(
+            "set",
+            "delivery: Shared\nbatchSize: 70\neventTypes: [Item]\nsink: {sql: {form: set, statement: 'INSERT INTO set_seen SELECT id FROM highwater_batch'}}",
+        ),
+    ]
+    .concat();
+    apply(&db.pool, &yaml).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM each_seen", 600, Duration::from_secs(60)).await;
+    wait_count(&db.pool, "SELECT count(*) FROM set_seen", 600, Duration::from_secs(60)).await;
+    // Both shards at rest past the last event: nothing more is coming.
+    for name in ["each", "set"] {
+        wait_status(&db.pool, name, "idle").await;
+    }
+    d.terminate(Duration::from_secs(20));
+    let each: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM each_seen ORDER BY n").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(each, items, "per event: the Item events, each once, in delivery order");
+    let set: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM set_seen ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
+    assert_eq!(set, items, "set form: the Item events, each once");
+}
+
 /// `timeout` limits each event as before: a batch that runs long as a whole is committed up to
 /// where the limit hit and goes on from there without a failed attempt; an event that alone
 /// exceeds the limit fails, and its predecessors are applied.
@@ -380,19 +437,24 @@ async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
             .await
             .unwrap();
         assert_eq!(prepared, None, "{form}");
-        // The missing event last: the per-event loop has applied the other 1,000 when it sees it.
-        let named: Vec<i64> = ids.iter().copied().chain([gone]).collect();
-        let err = sqlx::query("SELECT * FROM highwater.sql_sink_apply($1, $2, NULL, $3, $4::xid8, $5::xid8, $6)")
-            .bind(form)
-            .bind(statement)
-            .bind(single)
-            .bind(&lo)
-            .bind(&hi)
-            .bind(&named)
-            .fetch_one(&mut *conn)
-            .await
-            .expect_err(form);
-        assert!(err.to_string().contains("1 of the batch's 1001 events were not found"), "{form}: {err}");
+        // The missing event last (the per-event loop has applied the other 1,000 when it sees
+        // it), then in the middle.
+        let last: Vec<i64> = ids.iter().copied().chain([gone]).collect();
+        let middle: Vec<i64> = ids[..500].iter().copied().chain([gone]).chain(ids[500..].iter().copied()).collect();
+        for (named, before) in [(last, 1000), (middle, 500)] {
+            let err = sqlx::query("SELECT * FROM highwater.sql_sink_apply($1, $2, NULL, $3, $4::xid8, $5::xid8, $6)")
+                .bind(form)
+                .bind(statement)
+                .bind(single)
+                .bind(&lo)
+                .bind(&hi)
+                .bind(&named)
+                .fetch_one(&mut *conn)
+                .await
+                .expect_err(form);
+            let expected = format!("events of the batch were not found: event {gone} is gone (the {before} before it");
+            assert!(err.to_string().contains(&expected), "{form}: {err}");
+        }
     }
 }
 

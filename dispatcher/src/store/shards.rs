@@ -3,11 +3,11 @@
 use std::{str::FromStr, sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
-use sqlx::{Column, PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
+use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
-    events::{EVENT_COLUMNS, EVENT_HEADER_COLUMNS, EventRow},
+    events::{event_arrays, events_from_arrays},
     literal,
 };
 
@@ -287,33 +287,34 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
          SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, b.*
            FROM s
            {HEAD_LATERAL}
-           LEFT JOIN LATERAL (
-                SELECT {EVENT_COLUMNS} FROM highwater.events e
-                 WHERE (e.tx_id, e.id) > ($1, $2)
-                   -- events is partitioned by tx_id (docs/operations.md). The plain lower bound
-                   -- (implied by the row comparison) lets PostgreSQL skip the partitions behind
-                   -- the cursor; the fence is the same expression as s.fence (one statement, one
-                   -- snapshot), written out because a bound taken from the outer row makes the
-                   -- plan parameterised, and PostgreSQL then sorts every row after the cursor
-                   -- instead of reading the partitions in order (58 ms instead of 0.6 ms per
-                   -- batch of 1,000 over 30 partitions).
-                   AND e.tx_id >= $1
-                   AND e.tx_id < {fence}
-                   AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
-                 ORDER BY e.tx_id, e.id
-                 LIMIT $4) b ON true
-          ORDER BY b.tx, b.id",
+           CROSS JOIN LATERAL (
+                SELECT {arrays} FROM (
+                    SELECT * FROM highwater.events e
+                     WHERE (e.tx_id, e.id) > ($1, $2)
+                       -- events is partitioned by tx_id (docs/operations.md). The plain lower
+                       -- bound (implied by the row comparison) lets PostgreSQL skip the
+                       -- partitions behind the cursor; the fence is the same expression as
+                       -- s.fence (one statement, one snapshot), written out because a bound taken
+                       -- from the outer row makes the plan parameterised, and PostgreSQL then
+                       -- sorts every row after the cursor instead of reading the partitions in
+                       -- order (58 ms instead of 0.6 ms per batch of 1,000 over 30 partitions).
+                       AND e.tx_id >= $1
+                       AND e.tx_id < {fence}
+                       AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
+                     ORDER BY e.tx_id, e.id
+                     LIMIT $4) e) b",
         s = fence_cte(),
-        fence = fence!()
+        fence = fence!(),
+        arrays = event_arrays(true),
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
         .bind(cursor.id)
         .bind(types)
         .bind(limit)
-        .fetch_all(conn)
+        .fetch_one(conn)
         .await?;
-    batch_from_rows(&rows)
+    batch_from_row(&row)
 }
 
 /// [`load`] and, when the shard is due for delivery, [`read_batch`] from its cursor, in one
@@ -321,7 +322,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
 /// ([`try_lock`]): the statement's snapshot is taken after the claim, so the cursor it reads is
 /// the last one committed. The cursor reaches the index condition as a lateral reference, which
 /// PostgreSQL turns into a parameter of the index scan. `None` when the shard row is gone.
-/// Without `bodies` the events come without payload and metadata (see [`EVENT_HEADER_COLUMNS`]).
+/// Without `bodies` the events come without payload and metadata (see [`event_arrays`]).
 pub async fn load_and_read(
     conn: &mut PgConnection,
     consumer: &str,
@@ -382,38 +383,39 @@ pub(crate) async fn read_from(
            -- A partition, or a shard waiting at the barrier of a change of partitions, reads with
            -- highwater.shard_events_after; every other shard with events_after. The conditions on
            -- the shard row gate each branch (PostgreSQL runs only the one that applies).
-           LEFT JOIN LATERAL (
-                SELECT {columns} FROM highwater.events_after(
-                    sh.from_tx, sh.from_id, $3::text[], sh.due * $4::bigint,
-                    -- Seen by the read model's bootstrap: passed like events of other types.
-                    sh.from_skip) e
-                 WHERE sh.partition_count IS NULL AND sh.barrier_tx IS NULL
-                UNION ALL
-                SELECT {columns} FROM highwater.shard_events_after(
-                    sh.from_tx, sh.from_id, $3::text[], sh.due * $4::bigint, sh.from_skip,
-                    sh.partition_index, sh.partition_count, sh.barrier_tx, sh.barrier_id) e
-                 WHERE sh.partition_count IS NOT NULL OR sh.barrier_tx IS NOT NULL) b ON true
+           CROSS JOIN LATERAL (
+                SELECT {arrays} FROM (
+                    SELECT * FROM highwater.events_after(
+                        sh.from_tx, sh.from_id, $3::text[], sh.due * $4::bigint,
+                        -- Seen by the read model's bootstrap: passed like events of other types.
+                        sh.from_skip) e
+                     WHERE sh.partition_count IS NULL AND sh.barrier_tx IS NULL
+                    UNION ALL
+                    SELECT * FROM highwater.shard_events_after(
+                        sh.from_tx, sh.from_id, $3::text[], sh.due * $4::bigint, sh.from_skip,
+                        sh.partition_index, sh.partition_count, sh.barrier_tx, sh.barrier_id) e
+                     WHERE sh.partition_count IS NOT NULL OR sh.barrier_tx IS NOT NULL) e) b
            -- No ORDER BY: each function returns its events in (tx_id, id) order, and
-           -- batch_from_rows checks it (and restores it, should a plan ever change it);
+           -- batch_from_row checks it (and restores it, should a plan ever change it);
            -- sorting 1,000 wide rows here cost PostgreSQL about 0.4 ms a batch.
           ",
         s = fence_cte(),
-        columns = if bodies { EVENT_COLUMNS } else { EVENT_HEADER_COLUMNS },
+        arrays = event_arrays(bodies),
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(consumer)
         .bind(instance)
         .bind(types)
         .bind(limit)
         .bind(from.map(|p| p.xid8()))
         .bind(from.map(|p| p.id))
-        .fetch_all(conn)
+        .fetch_optional(conn)
         .await?;
-    let Some(first) = rows.first() else { return Ok(None) };
-    let shard = shard_from_row(first)?;
-    let due = first.try_get::<i32, _>("due")? == 1;
-    let skip = first.try_get("from_skip")?;
-    let mut batch = batch_from_rows(&rows)?;
+    let Some(row) = row else { return Ok(None) };
+    let shard = shard_from_row(&row)?;
+    let due = row.try_get::<i32, _>("due")? == 1;
+    let skip = row.try_get("from_skip")?;
+    let mut batch = batch_from_row(&row)?;
     // A shard waiting at a barrier passes nothing beyond it: what lies there is the new split's.
     if let (Some(b), Some(h)) = (shard.barrier, batch.head)
         && h > b
@@ -423,40 +425,15 @@ pub(crate) async fn read_from(
     Ok(Some(Read { shard, batch, due, skip }))
 }
 
-/// Decodes the rows of [`read_batch`] and [`load_and_read`]: the fence columns on every row,
-/// one event per row (none when the lateral read found nothing).
-fn batch_from_rows(rows: &[sqlx::postgres::PgRow]) -> Result<Batch> {
-    let first = rows.first().ok_or_else(|| Error::Internal("the fence query returned no row".into()))?;
-    let next_xid = first.try_get::<Xid8, _>("next_xid")?.0;
-    let head = match first.try_get::<Option<Xid8>, _>("head_tx")? {
-        Some(tx) => Some(Position::from((tx, first.try_get("head_id")?))),
+/// Decodes the row of [`read_batch`] and [`load_and_read`]: the fence columns and the batch's
+/// events as arrays ([`event_arrays`]).
+fn batch_from_row(row: &sqlx::postgres::PgRow) -> Result<Batch> {
+    let next_xid = row.try_get::<Xid8, _>("next_xid")?.0;
+    let head = match row.try_get::<Option<Xid8>, _>("head_tx")? {
+        Some(tx) => Some(Position::from((tx, row.try_get("head_id")?))),
         None => None,
     };
-    // Columns by position, looked up once per batch: by name, each of the ten per row costs a
-    // search of the row's column names (measurable on a no-op drain, docs/benchmarks.md).
-    let at = |name: &str| first.try_column(name).map(|c| c.ordinal());
-    let (id, tx, stream_type, stream_id) = (at("id")?, at("tx")?, at("stream_type")?, at("stream_id")?);
-    let (stream_version, event_type, tenant_id) = (at("stream_version")?, at("event_type")?, at("tenant_id")?);
-    let (payload, metadata, created_at) = (at("payload")?, at("metadata")?, at("created_at")?);
-    let mut events = Vec::with_capacity(rows.len());
-    for r in rows {
-        let Some(id) = r.try_get::<Option<i64>, _>(id)? else {
-            continue;
-        };
-        let row = EventRow {
-            id,
-            tx: r.try_get(tx)?,
-            stream_type: r.try_get(stream_type)?,
-            stream_id: r.try_get(stream_id)?,
-            stream_version: r.try_get(stream_version)?,
-            event_type: r.try_get(event_type)?,
-            tenant_id: r.try_get(tenant_id)?,
-            payload: r.try_get(payload)?,
-            metadata: r.try_get(metadata)?,
-            created_at: r.try_get(created_at)?,
-        };
-        events.push(Event::try_from(row)?);
-    }
+    let mut events = events_from_arrays(row)?;
     // Delivery order is (tx_id, id); a statement without ORDER BY gives no promise of it.
     if !events.is_sorted_by_key(Event::position) {
         events.sort_by_key(Event::position);
