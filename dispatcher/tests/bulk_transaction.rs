@@ -22,20 +22,25 @@ async fn pages_read(conn: &mut sqlx::PgConnection, read: &str, tx: Xid8, id: i64
     (top["Actual Rows"].as_i64().unwrap(), pages)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
-    let db = setup(&["OrderPlaced"]).await;
+/// `EVENTS` events appended in one transaction, then what autovacuum does after a bulk load: the
+/// statistics now say one transaction id.
+async fn bulk_load(pool: &sqlx::PgPool) {
     sqlx::query(
         "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
          SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', jsonb_build_object('n', g)
            FROM generate_series(1, $1) g",
     )
     .bind(EVENTS)
-    .execute(&db.pool)
+    .execute(pool)
     .await
     .unwrap();
-    // What autovacuum does after a bulk load: the statistics now say one transaction id.
-    sqlx::query("ANALYZE highwater.events").execute(&db.pool).await.unwrap();
+    sqlx::query("ANALYZE highwater.events").execute(pool).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
+    let db = setup(&["OrderPlaced"]).await;
+    bulk_load(&db.pool).await;
     let (tx, middle): (Xid8, i64) =
         sqlx::query_as("SELECT tx_id, id FROM highwater.events ORDER BY tx_id, id OFFSET $1 LIMIT 1")
             .bind(EVENTS / 2)
@@ -74,16 +79,7 @@ async fn a_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sql_sink_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
     let db = setup(&["OrderPlaced"]).await;
-    sqlx::query(
-        "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
-         SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', jsonb_build_object('n', g)
-           FROM generate_series(1, $1) g",
-    )
-    .bind(EVENTS)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query("ANALYZE highwater.events").execute(&db.pool).await.unwrap();
+    bulk_load(&db.pool).await;
     let (tx, ids): (Xid8, Vec<i64>) = sqlx::query_as(
         "SELECT min(tx_id), array_agg(id ORDER BY tx_id, id)
            FROM (SELECT tx_id, id FROM highwater.events ORDER BY tx_id, id OFFSET $1 LIMIT 1000) b",
