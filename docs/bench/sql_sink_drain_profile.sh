@@ -57,9 +57,12 @@ if [ -n "${PERF:-}" ]; then
   perf record -q -e cpu-clock -F 999 -p "$pid" -o "$PERF" >/dev/null 2>&1 &
   perf_pid=$!
 fi
-# Drained when the shard's cursor is at the last event (it moves in the projection's transaction).
+# Drained when the shard's cursor is at the last event in delivery order, (tx_id, id) compared
+# as numbers (the cursor moves in the projection's transaction).
 until [ "$(psql -Atc "SELECT count(*) FROM highwater.consumer_shards
-                        WHERE consumer = 'profile' AND cursor_id >= (SELECT max(id) FROM highwater.events)")" = 1 ]; do
+                        WHERE consumer = 'profile'
+                          AND (cursor_tx, cursor_id) >= (SELECT tx_id, id FROM highwater.events
+                                                          ORDER BY tx_id DESC, id DESC LIMIT 1)")" = 1 ]; do
   sleep 0.2
 done
 end=$(date +%s.%N)
@@ -68,7 +71,7 @@ read -r utime stime < <(awk '{ print $14, $15 }' "/proc/$pid/stat")
 ticks=$(getconf CLK_TCK)
 if [ -n "${PERF:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
 kill $pid; wait $pid 2>/dev/null || true
-echo "drained $EVENTS events ($FORM) in $(echo "$end - $start" | bc) s (includes start-up and the count polls)"
+echo "drained $EVENTS events ($FORM) in $(echo "$end - $start" | bc) s (includes start-up and the cursor polls)"
 echo "dispatcher CPU: $(echo "scale=2; ($utime + $stime) * 1000000 / $ticks / $EVENTS" | bc) µs per event"
 psql -c "SELECT calls, round(total_exec_time::numeric) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms,
                 left(regexp_replace(query, '\s+', ' ', 'g'), 90) AS statement
