@@ -82,14 +82,6 @@ CREATE TABLE highwater.dead_letters (
     PRIMARY KEY (consumer, instance_id, event_id)
 );
 
--- Wake-up hint for dispatchers; they poll as well, so a lost notification only costs latency.
-CREATE FUNCTION highwater.notify_events() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('highwater_events', '');
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER events_notify AFTER INSERT ON highwater.events
-    FOR EACH STATEMENT EXECUTE FUNCTION highwater.notify_events();
+-- The functions and triggers of the schema (first of them the wake-up hint for dispatchers,
+-- highwater.notify_events and its trigger events_notify) live in migrations/definitions/, one
+-- file each, applied after the ordered migrations.

@@ -4,7 +4,7 @@
 //! its cursor (old and new), ids keep increasing, and stream versions carry on.
 mod common;
 
-use std::{borrow::Cow, time::Duration};
+use std::time::Duration;
 
 use common::*;
 use highwater::{Error, NewEvent, Xid8, append, db, embedded, event_types};
@@ -13,14 +13,23 @@ use sqlx::PgPool;
 
 const PARTITIONED: i64 = 20261201000020;
 
-/// Applies the migrations before `PARTITIONED` only: the schema of an installation that has not
-/// upgraded yet. (`Migrator::migrations` is public but semver-exempt; sqlx is pinned.)
-async fn migrate_before_partitioning(pool: &PgPool) {
-    let mut m = db::migrator();
-    let before: Vec<_> = m.migrations.iter().filter(|x| x.version < PARTITIONED).cloned().collect();
-    assert!(before.len() < m.migrations.len(), "the partitioning migration exists");
-    m.migrations = Cow::Owned(before);
-    m.run(pool).await.unwrap();
+/// Migrates with the first release's own binary (0.1.0, before partitioning; built from this
+/// repository's history by e2e/upgrade/build-release.sh and cached): the schema of an
+/// installation that has not upgraded yet.
+async fn migrate_before_partitioning(url: &str) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../e2e/upgrade/build-release.sh");
+    let out = std::process::Command::new(script).arg("--oldest").output().expect("running build-release.sh");
+    assert!(out.status.success(), "building the first release: {}", String::from_utf8_lossy(&out.stderr));
+    let old = String::from_utf8(out.stdout).unwrap();
+    let st = std::process::Command::new(old.trim()).arg("migrate").env("DATABASE_URL", url).status().unwrap();
+    assert!(st.success(), "the first release's migrate");
+    let pool = db::connect(url, 1).await.unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater._sqlx_migrations WHERE version >= $1")
+        .bind(PARTITIONED)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(before, 0, "the first release predates the partitioning migration");
 }
 
 /// Declares a Shared consumer and its shard as an installation of that version did, in its own
@@ -61,7 +70,7 @@ async fn ids(pool: &PgPool, sql: &'static str) -> Vec<i64> {
 async fn a_populated_database_is_converted_and_keeps_delivering() {
     let pg = embedded::EmbeddedPostgres::start(Default::default()).await.unwrap();
     let pool = db::connect(&pg.url(), 10).await.unwrap();
-    migrate_before_partitioning(&pool).await;
+    migrate_before_partitioning(&pg.url()).await;
     event_types::register(&pool, "Tick", None, None).await.unwrap();
     sqlx::raw_sql("CREATE TABLE seen_all (event_id bigint); CREATE TABLE seen_half (event_id bigint)")
         .execute(&pool)

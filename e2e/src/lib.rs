@@ -50,6 +50,7 @@ pub mod prometheus;
 pub mod proxy;
 pub mod real_node;
 pub mod scheduler;
+pub mod upgrade;
 pub mod user;
 pub mod wait;
 

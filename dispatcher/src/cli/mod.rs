@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod consumer;
 mod events;
+mod migrate;
 
 pub use consumer::ConsumerCmd;
 pub use events::EventsCmd;
@@ -40,8 +41,9 @@ pub enum Output {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Apply the schema migrations (idempotent).
-    Migrate,
+    /// Apply the schema migrations and the current function definitions, in one transaction
+    /// that waits behind running writers (idempotent).
+    Migrate(migrate::MigrateArgs),
     /// Run the delivery loop for the consumers of one group.
     Dispatch(DispatchArgs),
     /// Manage consumers.
@@ -169,12 +171,7 @@ pub(crate) fn json_arg(text: &str, what: &str) -> Result<serde_json::Value> {
 pub async fn run(cli: Cli) -> Result<()> {
     let g = cli.global;
     match cli.command {
-        Command::Migrate => {
-            let url = require_url(&g)?;
-            let pool = db::connect(&url, 2).await?;
-            db::migrate(&pool).await?;
-            println!("migrations applied to {}", db::describe_target(&url));
-        }
+        Command::Migrate(a) => migrate::run(&require_url(&g)?, &a).await?,
         Command::Dispatch(a) => {
             let url = require_url(&g)?;
             let instance_id = instance::resolve(a.instance_id.as_deref())?;

@@ -4,20 +4,10 @@ use std::{str::FromStr, time::Duration};
 use backon::{ExponentialBuilder, Retryable};
 use sqlx::{
     ConnectOptions, Connection, PgConnection, PgPool,
-    migrate::Migrator,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 
 use crate::{Error, Result};
-
-/// The migrations of `migrations/`, recorded in `highwater._sqlx_migrations` so that highwater
-/// keeps to its own schema.
-pub fn migrator() -> Migrator {
-    let mut m = sqlx::migrate!("../migrations");
-    m.create_schema("highwater");
-    m.dangerous_set_table_name("highwater._sqlx_migrations");
-    m
-}
 
 /// `user@host:port/database`, never the password.
 pub fn describe_target(url: &str) -> String {
@@ -101,26 +91,16 @@ pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -
         .await
 }
 
-/// Applies every migration not yet applied. Safe to run any number of times, concurrently too
-/// (sqlx takes an advisory lock).
+/// Applies every migration not yet applied and the current definitions, waiting behind running
+/// transactions with the default lock timeout ([`crate::migrate::run`] for the options). Safe to
+/// run any number of times, concurrently too.
 pub async fn migrate(pool: &PgPool) -> Result<()> {
-    migrator().run(pool).await?;
+    super::migrate::run(pool, &super::migrate::Options::default()).await?;
     Ok(())
 }
 
-/// Refuses to run against a database whose schema is missing or behind this binary.
+/// Refuses to run against a database whose schema is missing, behind this binary, or past the
+/// oldest binary it accepts (the compatibility window, [`crate::migrate::window`]).
 pub async fn check_migrated(pool: &PgPool, url: &str) -> Result<()> {
-    let latest = migrator().iter().map(|m| m.version).max().unwrap_or(0);
-    let applied: Result<Option<i64>, sqlx::Error> =
-        sqlx::query_scalar("SELECT max(version) FROM highwater._sqlx_migrations WHERE success").fetch_one(pool).await;
-    match applied {
-        Ok(Some(v)) if v >= latest => Ok(()),
-        Ok(_) => Err(Error::NotMigrated { target: describe_target(url) }),
-        Err(e) if is_undefined_table(&e) => Err(Error::NotMigrated { target: describe_target(url) }),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn is_undefined_table(e: &sqlx::Error) -> bool {
-    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42P01" || c == "3F000")
+    super::migrate::window::check(pool, url).await
 }

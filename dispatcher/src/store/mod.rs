@@ -8,6 +8,7 @@ pub mod event_types;
 pub mod events;
 pub mod kubernetes;
 pub mod literal;
+pub mod migrate;
 pub mod notify;
 pub mod ops;
 pub mod partitions;

@@ -3,6 +3,7 @@
 use std::{str::FromStr, sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
+use highwater_crds::SHARED_INSTANCE;
 use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
@@ -111,18 +112,18 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
            -- registration racing with a change of partitions must not bring an old split back).
            CROSS JOIN LATERAL (
                 SELECT w.instance_id, NULL::integer AS part, NULL::integer AS parts
-                 WHERE w.instance_id <> '__shared__' OR c.partitions = 1
+                 WHERE w.instance_id <> $4 OR c.partitions = 1
                 UNION ALL
                 SELECT highwater.partition_instance(g, c.partitions), g, c.partitions
                   FROM generate_series(0, c.partitions - 1) g
-                 WHERE w.instance_id = '__shared__' AND c.partitions > 1) x
+                 WHERE w.instance_id = $4 AND c.partitions > 1) x
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
                  WHERE c.start_from = 'latest' AND tx_id < ",
         fence!(),
         "
                  ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
-          WHERE NOT (w.instance_id = '__shared__' AND EXISTS (
+          WHERE NOT (w.instance_id = $4 AND EXISTS (
                 SELECT 1 FROM highwater.consumer_shards s
                  WHERE s.consumer = c.name AND highwater.is_shared_shard(s.instance_id)))
           ORDER BY c.name, x.instance_id
@@ -131,6 +132,7 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
     .bind(consumers)
     .bind(instances)
     .bind(pod_uid)
+    .bind(SHARED_INSTANCE)
     .execute(conn)
     .await?;
     Ok(r.rows_affected())
@@ -632,11 +634,12 @@ pub async fn note_error(pool: &PgPool, consumer: &str, instance: &str, error: &s
     sqlx::query(
         "UPDATE highwater.consumer_shards SET last_error = $3, updated_at = now()
           WHERE consumer = $1 AND last_error IS DISTINCT FROM $3
-            AND (instance_id = $2 OR ($2 = '__shared__' AND highwater.is_shared_shard(instance_id)))",
+            AND (instance_id = $2 OR ($2 = $4 AND highwater.is_shared_shard(instance_id)))",
     )
     .bind(consumer)
     .bind(instance)
     .bind(&error)
+    .bind(SHARED_INSTANCE)
     .execute(pool)
     .await?;
     Ok(())
@@ -649,10 +652,11 @@ pub async fn clear_noted_error(pool: &PgPool, consumer: &str, instance: &str) ->
     sqlx::query(
         "UPDATE highwater.consumer_shards SET last_error = NULL, updated_at = now()
           WHERE consumer = $1 AND status = 'idle' AND last_error IS NOT NULL
-            AND (instance_id = $2 OR ($2 = '__shared__' AND highwater.is_shared_shard(instance_id)))",
+            AND (instance_id = $2 OR ($2 = $3 AND highwater.is_shared_shard(instance_id)))",
     )
     .bind(consumer)
     .bind(instance)
+    .bind(SHARED_INSTANCE)
     .execute(pool)
     .await?;
     Ok(())

@@ -50,9 +50,10 @@ fn offset(consumer: &str) -> usize {
 pub async fn refresh(pool: &PgPool, group: &str, me: &str, ttl: Duration) -> Result<Members> {
     let mut live: Vec<String> = sqlx::query_scalar(
         "WITH me AS (
-              INSERT INTO highwater.dispatchers (instance_id, consumer_group) VALUES ($1, $2)
+              INSERT INTO highwater.dispatchers (instance_id, consumer_group, binary_schema) VALUES ($1, $2, $4)
               ON CONFLICT (instance_id) DO UPDATE
-                 SET heartbeat_at = now(), consumer_group = EXCLUDED.consumer_group
+                 SET heartbeat_at = now(), consumer_group = EXCLUDED.consumer_group,
+                     binary_schema = EXCLUDED.binary_schema
               RETURNING instance_id),
               -- Rows of dispatchers gone for a day: kept that long only for `consumer top`.
               gone AS (
@@ -69,6 +70,8 @@ pub async fn refresh(pool: &PgPool, group: &str, me: &str, ttl: Duration) -> Res
     .bind(me)
     .bind(group)
     .bind(ttl.as_secs_f64())
+    // Which binary this is, so that `migrate` refuses a breaking step while it runs.
+    .bind(crate::migrate::window::SCHEMA_VERSION)
     .fetch_all(pool)
     .await?;
     live.sort();

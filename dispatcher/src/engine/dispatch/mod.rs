@@ -247,12 +247,18 @@ async fn serve(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = control_rx.changed() => {
+                if !crate::migrate::window::still_inside(&env.pool).await {
+                    return outside_window();
+                }
                 if let Err(e) = reconcile(env, running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.nudge_tx.send_modify(|g| *g += 1);
             }
             _ = refresh.tick() => {
+                if !crate::migrate::window::still_inside(&env.pool).await {
+                    return outside_window();
+                }
                 if let Err(e) = reconcile(env, running, false).await {
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
@@ -265,6 +271,17 @@ async fn serve(
             }
         }
     }
+}
+
+/// The schema moved past this binary's window (a newer release migrated with a breaking step):
+/// the dispatcher stops like on SIGTERM and exits 0, so that Kubernetes starts the new image.
+fn outside_window() {
+    tracing::warn!(
+        release = crate::migrate::window::RELEASE,
+        schema_version = crate::migrate::window::SCHEMA_VERSION,
+        "the schema no longer accepts this binary (a newer release migrated it); finishing passes in flight and \
+         exiting 0 so that the new image takes over"
+    );
 }
 
 /// Stops every worker and waits up to `grace` for passes in flight.

@@ -7,7 +7,7 @@
 //! cursor update afterwards and rolls back with its sink's writes.
 use std::fmt;
 
-use highwater_crds::{ConsumerSpec, Delivery, SqlSink};
+use highwater_crds::{ConsumerSpec, Delivery, SHARED_INSTANCE, SqlSink};
 use sqlx::{Connection, PgConnection, PgPool, types::Json};
 
 use crate::{Error, Position, Result, Xid8, notify};
@@ -122,9 +122,10 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
         let mut tx = conn.begin().await?;
         // The cursor before the reset: the update below is conditional on it.
         let Some((from_tx, from_id)): Option<(Xid8, i64)> = sqlx::query_as(
-            "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
+            "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
         )
         .bind(name)
+        .bind(SHARED_INSTANCE)
         .fetch_optional(&mut *tx)
         .await?
         else {
@@ -154,13 +155,14 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
                                         AND (cardinality($2::text[]) = 0 OR e.event_type = ANY ($2))),
                     rebuild_target_tx = (SELECT tx_id FROM h), rebuild_target_id = (SELECT id FROM h),
                     updated_at = now()
-              WHERE consumer = $1 AND instance_id = '__shared__' AND cursor_tx = $3 AND cursor_id = $4
+              WHERE consumer = $1 AND instance_id = $5 AND cursor_tx = $3 AND cursor_id = $4
              RETURNING rebuild_total, rebuild_target_tx, rebuild_target_id",
         ))
         .bind(name)
         .bind(&spec.event_types)
         .bind(from_tx)
         .bind(from_id)
+        .bind(SHARED_INSTANCE)
         .fetch_optional(&mut *tx)
         .await?;
         let Some((total, target_tx, target_id)) = row else {
@@ -228,10 +230,11 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
                         rebuild_base = NULL, rebuild_target_tx = NULL, rebuild_target_id = NULL,
                         updated_at = now()
                    FROM seen, highwater.consumers c
-                  WHERE c.name = s.consumer AND s.consumer = $1 AND s.instance_id = '__shared__'
+                  WHERE c.name = s.consumer AND s.consumer = $1 AND s.instance_id = $2
                  RETURNING cardinality(seen.ids)",
             )
             .bind(name)
+            .bind(SHARED_INSTANCE)
             .fetch_optional(&mut *tx)
             .await
         };
@@ -263,9 +266,10 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
 pub async fn mark_bootstrap_pending(conn: &mut PgConnection, name: &str) -> Result<()> {
     sqlx::query(
         "UPDATE highwater.consumer_shards SET status = 'disabled', bootstrap_pending = true, updated_at = now()
-          WHERE consumer = $1 AND instance_id = '__shared__'",
+          WHERE consumer = $1 AND instance_id = $2",
     )
     .bind(name)
+    .bind(SHARED_INSTANCE)
     .execute(conn)
     .await?;
     Ok(())

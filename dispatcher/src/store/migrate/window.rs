@@ -1,0 +1,114 @@
+//! The compatibility window: which schema versions this binary runs against, and which binaries
+//! the schema it migrates to accepts (docs/operations.md, "Upgrading").
+//!
+//! Every release that changes the schema raises [`SCHEMA_VERSION`]; `highwater migrate` records it
+//! in `highwater.schema_version` with [`OLDEST_BINARY`] (raised by a migration marked breaking).
+//! A binary runs against a schema whose version is at least its own (else: migrate first) and
+//! whose oldest accepted binary is at most its own (else: the schema has moved past it).
+use sqlx::PgPool;
+
+use crate::{Error, Result, db::describe_target};
+
+/// This release, as CHANGELOG.md names it.
+pub const RELEASE: &str = "0.3.0";
+/// The schema version this binary's `migrate` produces, and the oldest schema it runs against
+/// (it calls the functions of that version). Releases before the window was recorded had 1
+/// (0.1.0) and 2 (0.2.0).
+pub const SCHEMA_VERSION: i32 = 3;
+/// The oldest binary (named by its schema version) that may run against this release's schema:
+/// everything this release changed keeps 0.1.0's functions and columns working (expand/contract).
+pub const OLDEST_BINARY: i32 = 1;
+
+/// What `highwater.schema_version` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub version: i32,
+    pub oldest_binary: i32,
+    pub release: String,
+}
+
+/// Where this binary stands against a recorded schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    Inside,
+    /// The schema is older than this binary needs: migrate first.
+    SchemaTooOld,
+    /// The schema no longer accepts binaries as old as this one.
+    BinaryTooOld,
+}
+
+pub fn fit(r: &Recorded, binary: i32) -> Fit {
+    if r.version < binary {
+        Fit::SchemaTooOld
+    } else if r.oldest_binary > binary {
+        Fit::BinaryTooOld
+    } else {
+        Fit::Inside
+    }
+}
+
+/// Reads the recorded window; `None` when the schema predates it (or does not exist).
+pub async fn recorded(pool: &PgPool) -> Result<Option<Recorded>> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT to_regclass('highwater.schema_version') IS NOT NULL").fetch_one(pool).await?;
+    if !exists {
+        return Ok(None);
+    }
+    let row: Option<(i32, i32, String)> =
+        sqlx::query_as("SELECT version, oldest_binary, release FROM highwater.schema_version")
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(version, oldest_binary, release)| Recorded { version, oldest_binary, release }))
+}
+
+/// Refuses to start against a schema outside this binary's window, naming the fix.
+pub async fn check(pool: &PgPool, url: &str) -> Result<()> {
+    let target = describe_target(url);
+    match recorded(pool).await? {
+        None => Err(Error::NotMigrated { target }),
+        Some(r) => match fit(&r, SCHEMA_VERSION) {
+            Fit::Inside => Ok(()),
+            Fit::SchemaTooOld => Err(Error::NotMigrated { target }),
+            Fit::BinaryTooOld => Err(too_old(&r, &target)),
+        },
+    }
+}
+
+/// The refusal of a binary older than the schema's window.
+pub fn too_old(r: &Recorded, target: &str) -> Error {
+    Error::refused(format!(
+        "the schema at {target} (version {}, migrated by release {}) no longer supports this binary \
+         (release {RELEASE}, schema version {SCHEMA_VERSION}): it accepts binaries of schema version {} or newer",
+        r.version, r.release, r.oldest_binary
+    ))
+    .with_fix(format!(
+        "run the image of release {} or newer (helm upgrade does it; docs/operations.md, \"Upgrading\")",
+        r.release
+    ))
+}
+
+/// For a running dispatcher: true while the schema still accepts this binary. A schema that
+/// cannot be read (connection lost) counts as accepting: the next check decides.
+pub async fn still_inside(pool: &PgPool) -> bool {
+    match recorded(pool).await {
+        Ok(Some(r)) => fit(&r, SCHEMA_VERSION) != Fit::BinaryTooOld,
+        Ok(None) | Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(version: i32, oldest_binary: i32) -> Recorded {
+        Recorded { version, oldest_binary, release: "x".into() }
+    }
+
+    #[test]
+    fn a_binary_fits_between_its_schema_and_the_schemas_oldest_binary() {
+        assert_eq!(fit(&rec(3, 1), 3), Fit::Inside);
+        assert_eq!(fit(&rec(5, 3), 3), Fit::Inside);
+        assert_eq!(fit(&rec(2, 1), 3), Fit::SchemaTooOld);
+        assert_eq!(fit(&rec(5, 4), 3), Fit::BinaryTooOld);
+    }
+}

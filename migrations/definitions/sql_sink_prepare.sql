@@ -1,0 +1,216 @@
+-- Creates the session's functions for a SQL sink's statement unless they exist; returns NULL, or
+-- why the statement cannot run (creating the functions checks its syntax, tables and columns).
+--
+-- The SQL sink in one round trip per batch (issue 14; 20261201000001_sql_sink_batch.sql). The
+-- dispatcher names the batch (its events' ids and the range of their transaction ids) in one call
+-- of `highwater.sql_sink_apply`, which reads those events from highwater.events itself (they
+-- never travel back to the server) and runs the statement for each of them server-side.
+--
+-- The statement is planned once per session, not once per event: on first use in a session this
+-- wraps it in a temporary PL/pgSQL function (`pg_temp`, private to the session and gone with it;
+-- no catalog change is ever shared) whose parameters are the nine the statement already uses ($1
+-- payload .. $9 created_at), and a temporary PL/pgSQL loop that calls it with a static call;
+-- PL/pgSQL caches both plans. The name is a hash of the statement (sql_sink_name.sql), so a
+-- changed definition gets new functions and never runs a stale one. The dispatcher calls prepare
+-- in its own short transaction before the cursor transaction: creating a function writes the
+-- catalog, which takes a transaction id, and a transaction id held while a slow statement runs
+-- would hold the snapshot fence back for every consumer.
+--
+-- Per-event semantics are those of the old client loop: per event, `highwater.tenant_id`
+-- (row-level security), `highwater.correlation_id` and `highwater.causation_id` are set locally;
+-- the sink's role is taken for the statement (the events are read before, as the dispatcher's
+-- role, which the sink's role need not be able to read highwater.events); the first failing
+-- event is reported by its index, and nothing of the batch is left applied by a failed call (one
+-- subtransaction per batch, not per event), so the caller re-applies exactly the events before
+-- it and records the failure. `statement_timeout` is set by the caller for the whole call: a
+-- timeout while the first event runs is that event's failure; a timeout at a later event means
+-- the batch as a whole ran long, not that this event is poison, so it is reported as `deferred`:
+-- the caller commits the events before it and starts the next batch at it, with the full timeout
+-- again.
+--
+-- The set form (`form: set`) runs the statement once over the batch as the relation
+-- `highwater_batch` (the same nine columns): a temporary view of highwater.events restricted to
+-- the batch named in transaction-local settings, so naming the batch writes nothing and takes no
+-- transaction id. On failure, the caller asks for `single` mode: the statement runs over
+-- one-event batches, in order, which finds the failing event exactly.
+--
+-- The per-event loop assigns (`v_set := set_config(...)`, `v_done := f(...)`) instead of
+-- PERFORMing (20261202000030_sql_sink_simple_calls.sql): a PERFORM is a query, for which PL/pgSQL
+-- starts and ends an executor; an assignment of an expression without a table is evaluated by
+-- PL/pgSQL's simple-expression path instead. Measured in psql on 50,000 events in one
+-- transaction (the per-event settings and the bench's INSERT): 10.4 µs per event with PERFORM,
+-- 5.8-7.0 µs with assignments, 3.2-4.7 µs for the bare INSERT loop. So the statement's function
+-- returns 0 instead of nothing.
+--
+-- Both forms read the batch as one ordered range of highwater.events
+-- (20261202000040_sql_sink_range_read.sql), from the first event's position to the last's, both
+-- bounds index conditions of the (tx_id, id) index, in order. Before, `tx_id BETWEEN lo AND hi
+-- AND id = ANY (ids)` compared each row against the ids one by one (quadratic in the batch
+-- size), and in the view, where the ids come from a setting, the setting's text was parsed again
+-- for every row: 38 ms for the view over a batch of 1,000 against 0.4 ms for the range alone
+-- (docs/benchmarks.md).
+-- - per event: the loop reads the range as it goes and walks the ids beside it; an event of the
+--   range that is not the next id (another type, another partition, seen by a read model's
+--   bootstrap) is passed over, so the ids are still what decides, in one pass over each. The
+--   query's portal opens as the dispatcher's role, before the first event takes the sink's
+--   role, so the sink's role still needs no right on highwater.events. An id the range did not
+--   hold (an event gone since the dispatcher read it) fails the call as a whole, after the
+--   block that reports events' failures, so no event is blamed for it.
+-- - set: the view keeps the range and tests membership with `id IN (SELECT unnest(ids))`, which
+--   PostgreSQL evaluates once (a hash or a join), whatever plan the statement gets.
+--
+-- Changing the code generated here: change the prefix in sql_sink_name.sql too.
+CREATE OR REPLACE FUNCTION highwater.sql_sink_prepare(p_form text, p_statement text)
+RETURNS text
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    p_name constant text := highwater.sql_sink_name(p_form, p_statement);
+    v_sig text;
+    v_statement text;
+    v_rows boolean;
+    v_message text;
+    v_state text;
+    v_batch_args constant text :=
+        'p_role text, p_single boolean, p_lo xid8, p_hi xid8, p_ids bigint[], '
+        'OUT failed integer, OUT deferred boolean, OUT message text';
+    v_declare constant text := $d$
+DECLARE
+    v_cur integer := 0;
+    v_n constant integer := coalesce(cardinality(p_ids), 0);
+    v_role boolean := true;
+    v_state text;
+    v_set text;
+    v_done integer;
+    r highwater.events;
+BEGIN
+    deferred := false;
+$d$;
+    -- The batch's range in delivery order; `CONTINUE` passes over the range's events that are
+    -- not the next of the batch. Both forms loop over it when they go one event at a time.
+    v_range constant text := $r$
+        FOR r IN SELECT * FROM highwater.events e
+                  WHERE (e.tx_id, e.id) >= (p_lo, p_ids[1]) AND e.tx_id >= p_lo
+                    AND (e.tx_id, e.id) <= (p_hi, p_ids[v_n]) AND e.tx_id <= p_hi
+                  ORDER BY e.tx_id, e.id LOOP
+            CONTINUE WHEN v_cur >= v_n OR r.id <> p_ids[v_cur + 1];
+            v_cur := v_cur + 1;
+$r$;
+    -- What a failure reports. OTHERS does not cover query_canceled (statement_timeout), which
+    -- is named so that a timeout is reported like any failure. Events the range did not hold
+    -- fail the call outside the handler: that is the batch's error, not an event's.
+    v_handler constant text := $h$
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+        message := message || ' (SQLSTATE ' || v_state || ')';
+        failed := greatest(v_cur - 1, 0);
+        deferred := v_state = '57014' AND v_cur > 1;
+    END;
+    IF failed IS NULL AND %s AND v_cur <> v_n THEN
+        RAISE EXCEPTION 'highwater: events of the batch were not found: event %% is gone (the %% before it in the batch of %% were there)',
+            p_ids[v_cur + 1], v_cur, v_n;
+    END IF;
+END $h$;
+BEGIN
+    IF to_regprocedure(format('pg_temp.%I(text, boolean, xid8, xid8, bigint[])', p_name || '_batch')) IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    IF p_form = 'perEvent' THEN
+        -- The statement becomes a PL/pgSQL function of the nine parameters ($1..$9 keep their
+        -- meaning): PL/pgSQL keeps its plan for the session, where a SQL function would set up
+        -- its executor on every call. A statement that returns rows (SELECT, RETURNING) cannot
+        -- stand alone in PL/pgSQL, so it runs as a loop that discards them; a SQL function that
+        -- must return rows tells which kind it is, and checks the statement on the way.
+        v_sig := 'jsonb, bigint, text, text, text, text, jsonb, bigint, timestamptz';
+        v_statement := rtrim(p_statement, E' \t\r\n;');
+        BEGIN
+            EXECUTE format('CREATE FUNCTION pg_temp.%I(%s) RETURNS SETOF record LANGUAGE sql AS %L',
+                           p_name || '_check', v_sig, v_statement);
+            v_rows := true;
+        EXCEPTION WHEN invalid_function_definition THEN
+            v_rows := false;
+        END;
+        EXECUTE format('CREATE FUNCTION pg_temp.%I(%s) RETURNS integer LANGUAGE plpgsql AS %L',
+                       p_name, v_sig,
+                       E'#variable_conflict use_column\nDECLARE highwater_discarded record;\nBEGIN\n'
+                       || CASE WHEN v_rows THEN 'FOR highwater_discarded IN ' || v_statement
+                                                || E'\nLOOP END LOOP;'
+                               ELSE v_statement || E'\n;' END
+                       || E'\nRETURN 0;\nEND');
+        EXECUTE format($body$
+CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
+%s
+    BEGIN
+%s
+            -- The sink's role from its first event on: the range's query opened before it.
+            IF v_role THEN
+                v_set := set_config('role', coalesce(p_role, 'none'), true);
+                v_role := false;
+            END IF;
+            v_set := set_config('highwater.tenant_id', coalesce(r.tenant_id, ''), true);
+            v_set := set_config('highwater.correlation_id',
+                                CASE WHEN jsonb_typeof(r.metadata -> 'correlation_id') = 'string'
+                                     THEN r.metadata ->> 'correlation_id' ELSE '' END, true);
+            v_set := set_config('highwater.causation_id', r.id::text, true);
+            v_done := pg_temp.%I(r.payload, r.id, r.stream_type, r.stream_id, r.event_type,
+                                 r.tenant_id, r.metadata, r.stream_version, r.created_at);
+        END LOOP;
+        PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
+    %s
+$loop$ $body$, p_name || '_batch', v_batch_args, v_declare, v_range, p_name, format(v_handler, 'true'));
+    ELSIF p_form = 'set' THEN
+        EXECUTE $v$
+            CREATE OR REPLACE TEMPORARY VIEW highwater_batch AS
+            SELECT e.payload, e.id, e.stream_type, e.stream_id, e.event_type, e.tenant_id,
+                   e.metadata, e.stream_version, e.created_at
+              FROM highwater.events e
+             WHERE (e.tx_id, e.id) >= (current_setting('highwater.batch_lo')::xid8,
+                                       current_setting('highwater.batch_first')::bigint)
+               AND e.tx_id >= current_setting('highwater.batch_lo')::xid8
+               AND (e.tx_id, e.id) <= (current_setting('highwater.batch_hi')::xid8,
+                                       current_setting('highwater.batch_last')::bigint)
+               AND e.tx_id <= current_setting('highwater.batch_hi')::xid8
+               AND e.id IN (SELECT unnest(current_setting('highwater.batch_ids')::bigint[]))$v$;
+        -- The sink's role reads the batch through the view (with the view owner's rights on
+        -- highwater.events); the view is visible to this session only.
+        GRANT SELECT ON pg_temp.highwater_batch TO PUBLIC;
+        EXECUTE format('CREATE FUNCTION pg_temp.%I() RETURNS void LANGUAGE sql AS %L',
+                       p_name, p_statement);
+        EXECUTE format($body$
+CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
+%s
+    BEGIN
+        IF NOT p_single THEN
+            PERFORM set_config('highwater.batch_lo', p_lo::text, true),
+                    set_config('highwater.batch_hi', p_hi::text, true),
+                    set_config('highwater.batch_first', p_ids[1]::text, true),
+                    set_config('highwater.batch_last', p_ids[v_n]::text, true),
+                    set_config('highwater.batch_ids', p_ids::text, true),
+                    set_config('role', coalesce(p_role, 'none'), true);
+            PERFORM pg_temp.%I();
+        ELSE
+%s
+                -- The view narrowed to this one event.
+                PERFORM set_config('highwater.batch_lo', r.tx_id::text, true),
+                        set_config('highwater.batch_hi', r.tx_id::text, true),
+                        set_config('highwater.batch_first', r.id::text, true),
+                        set_config('highwater.batch_last', r.id::text, true),
+                        set_config('highwater.batch_ids', ARRAY[r.id]::text, true),
+                        set_config('role', coalesce(p_role, 'none'), true);
+                PERFORM pg_temp.%I();
+                PERFORM set_config('role', 'none', true);
+            END LOOP;
+        END IF;
+        PERFORM set_config('role', 'none', true), set_config('highwater.batch_ids', '{}', true);
+    %s
+$loop$ $body$, p_name || '_batch', v_batch_args, v_declare, p_name, v_range, p_name,
+           format(v_handler, 'p_single'));
+    ELSE
+        RETURN format('unknown SQL sink form "%s"', p_form);
+    END IF;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS OR query_canceled THEN
+    GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT, v_state = RETURNED_SQLSTATE;
+    RETURN v_message || ' (SQLSTATE ' || v_state || ')';
+END
+$fn$;
