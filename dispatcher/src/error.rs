@@ -21,8 +21,11 @@ pub enum Error {
         source: sqlx::Error,
     },
     #[error(
-        "the database at {target} has no highwater schema (or an old one)\n  fix: run `highwater \
-         migrate` against it first"
+        "the database at {target} has no highwater schema, or one older than this binary (release {}, \
+         schema version {})\n  fix: run `highwater migrate` of this release against it first (the chart's \
+         pre-upgrade hook does)",
+        crate::migrate::window::RELEASE,
+        crate::migrate::window::SCHEMA_VERSION
     )]
     NotMigrated { target: String },
     #[error("invalid consumer definition in {origin}: {problem}")]

@@ -57,7 +57,12 @@ async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_fails() {
-    let oldest = upgrade::releases().unwrap().remove(0);
+    // The oldest release of the window by default; HIGHWATER_UPGRADE_FROM=0.2.0 measures another.
+    let releases = upgrade::releases().unwrap();
+    let oldest = match std::env::var("HIGHWATER_UPGRADE_FROM") {
+        Ok(name) => releases.into_iter().find(|r| r.name == name).expect("HIGHWATER_UPGRADE_FROM names a release"),
+        Err(_) => releases.into_iter().next().unwrap(),
+    };
     let old_bin = upgrade::release_binary(&oldest).unwrap();
     let new_bin = highwater_bin().unwrap();
     let pg = EmbeddedPostgres::start(Default::default()).await.unwrap();
@@ -96,6 +101,8 @@ async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_f
     let before_migrate = count(&pool, "SELECT count(*) FROM projected").await;
     assert!(before_migrate > 0, "the old dispatchers deliver before the upgrade");
 
+    let installed_before: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM highwater._sqlx_migrations").fetch_all(&pool).await.unwrap();
     // The chart's pre-upgrade hook: this release's migrate, while everything runs.
     let migrate_from = Instant::now();
     let out = run(&new_bin, &url, &["migrate"]);
@@ -153,7 +160,16 @@ async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_f
         sqlx::query_scalar("SELECT id FROM highwater.events").fetch_all(&pool).await.unwrap().into_iter().collect();
     let sql = audit::sql_sink(&pool, "projection", "projected", &committed).await.unwrap();
     let log = audit::log_sink("audit-log", &log_file, &committed).unwrap();
-    let r = record.lock().unwrap();
+    let steps: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT version, execution_time / 1000000 FROM highwater._sqlx_migrations WHERE NOT version = ANY ($1)
+          ORDER BY version",
+    )
+    .bind(&installed_before)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    println!("steps applied by this migrate (version, ms): {steps:?}");
+    let r = std::mem::take(&mut *record.lock().unwrap());
     let wait_before = r.longest_append(began, migrate_from);
     let wait_during = r.longest_append(migrate_from, migrate_to);
     let wait_after = r.longest_append(migrate_to, ended);

@@ -1,0 +1,145 @@
+// Runs one parameterised statement on whatever the application holds: a node-postgres client, or
+// the transaction object of Drizzle, Kysely, Knex or TypeORM. No statement of its own is added
+// (no BEGIN, no savepoint): the statement runs inside the caller's transaction, as written.
+
+/** Anything with node-postgres' `query(text, values)`: `pg.Client`, `pg.PoolClient`, `pg.Pool`,
+ * and TypeORM's `QueryRunner`, `EntityManager` (the one `dataSource.transaction()` hands you) or
+ * `DataSource`. The result may be node-postgres' `{ rows }` or TypeORM's array of rows. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): unknown;
+}
+
+/** A Knex instance or transaction (`knex.transaction(async (trx) => …)`), `pg` client. */
+export interface KnexLike {
+  (...args: never[]): unknown;
+  raw(sql: string, bindings?: never): PromiseLike<unknown>;
+}
+
+/** A Kysely instance or transaction (`db.transaction().execute(async (trx) => …)`), PostgresDialect. */
+export interface KyselyLike {
+  executeQuery(query: never): Promise<unknown>;
+}
+
+/** A Drizzle database or transaction (`db.transaction(async (tx) => …)`), node-postgres driver. */
+export interface DrizzleLike {
+  execute(query: never): PromiseLike<unknown>;
+}
+
+/** What `append`, `appendPosition` and `token` take: the connection or ORM transaction that the
+ * event must be written in. */
+export type Executor = Queryable | KnexLike | KyselyLike | DrizzleLike;
+
+export type Row = Record<string, unknown>;
+
+/** Appended to every statement: lets the error mapping find the server's message inside Knex's
+ * "<query> - <message>" wrapping. */
+export const MARKER = '/* highwater-client */';
+
+export interface Runner {
+  kind: 'pg' | 'knex' | 'kysely' | 'drizzle';
+  run(text: string, values: unknown[]): Promise<Row[]>;
+}
+
+/** Calls a method of the ORM object with itself as `this`. */
+function call(target: object, method: string, ...args: unknown[]): Promise<unknown> {
+  const fn = (target as Record<string, (...a: unknown[]) => unknown>)[method]!;
+  return Promise.resolve(fn.apply(target, args));
+}
+
+function rowsOf(result: unknown): Row[] {
+  if (Array.isArray(result)) return result as Row[];
+  if (result && typeof result === 'object' && Array.isArray((result as { rows?: unknown }).rows)) {
+    return (result as { rows: Row[] }).rows;
+  }
+  throw new TypeError('@highwater/client: the query returned no rows array (is this a PostgreSQL connection?)');
+}
+
+/** Splits "a $1 b $2 c" into the text between placeholders and the placeholders' indexes. */
+function split(text: string): { parts: string[]; indexes: number[] } {
+  const parts: string[] = [];
+  const indexes: number[] = [];
+  let last = 0;
+  for (const m of text.matchAll(/\$(\d+)/g)) {
+    parts.push(text.slice(last, m.index));
+    indexes.push(Number(m[1]) - 1);
+    last = (m.index ?? 0) + m[0].length;
+  }
+  parts.push(text.slice(last));
+  return { parts, indexes };
+}
+
+// The ORM modules are loaded from the application's own dependencies, only when one of their
+// transactions is passed in (optional peer dependencies).
+let kyselyModule: Promise<typeof import('kysely')> | undefined;
+let drizzleModule: Promise<typeof import('drizzle-orm')> | undefined;
+
+function load<T>(name: string, importer: () => Promise<T>): Promise<T> {
+  return importer().catch((e: unknown) => {
+    throw new Error(
+      `@highwater/client: a ${name} transaction was passed but the package "${name}" cannot be loaded ` +
+        `from @highwater/client's location (${(e as Error).message}); install ${name} in the application`,
+      { cause: e },
+    );
+  });
+}
+
+export function runner(tx: Executor): Runner {
+  const any = tx as unknown as Record<string, unknown>;
+  if (tx == null || (typeof tx !== 'object' && typeof tx !== 'function')) {
+    throw new TypeError('@highwater/client: expected a pg client or an ORM transaction, got ' + String(tx));
+  }
+  if (typeof tx === 'function' && typeof any.raw === 'function') {
+    // Knex: `?` placeholders, bindings in order.
+    const knex = tx as KnexLike;
+    return {
+      kind: 'knex',
+      async run(text, values) {
+        const { parts, indexes } = split(text);
+        const bindings = indexes.map((i) => values[i] ?? null);
+        return rowsOf(await call(knex, 'raw', parts.join('?'), bindings));
+      },
+    };
+  }
+  if (typeof any.executeQuery === 'function') {
+    const kysely = tx as KyselyLike;
+    return {
+      kind: 'kysely',
+      async run(text, values) {
+        kyselyModule ??= load('kysely', () => import('kysely'));
+        const { CompiledQuery } = await kyselyModule;
+        const q = CompiledQuery.raw(text, values.map((v) => v ?? null));
+        return rowsOf(await call(kysely, 'executeQuery', q));
+      },
+    };
+  }
+  if (typeof any.query === 'function') {
+    const q = tx as Queryable;
+    return {
+      kind: 'pg',
+      async run(text, values) {
+        return rowsOf(await call(q, 'query', text, values.map((v) => v ?? null)));
+      },
+    };
+  }
+  if (typeof any.execute === 'function') {
+    const drizzle = tx as DrizzleLike;
+    return {
+      kind: 'drizzle',
+      async run(text, values) {
+        drizzleModule ??= load('drizzle-orm', () => import('drizzle-orm'));
+        const { sql } = await drizzleModule;
+        const { parts, indexes } = split(text);
+        const chunks = [];
+        for (let i = 0; i < parts.length; i++) {
+          chunks.push(sql.raw(parts[i]!));
+          if (i < indexes.length) chunks.push(sql.param(values[indexes[i]!] ?? null));
+        }
+        return rowsOf(await call(drizzle, 'execute', sql.join(chunks)));
+      },
+    };
+  }
+  throw new TypeError(
+    '@highwater/client: expected a pg Client/PoolClient/Pool, a TypeORM QueryRunner/EntityManager, ' +
+      'or a Drizzle, Kysely or Knex database or transaction',
+  );
+}
