@@ -208,5 +208,10 @@ async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_f
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!(window, (3, oldest.schema_version, "0.3.0".to_owned()), "the schema records its window");
+    assert_eq!(
+        window,
+        (highwater::migrate::window::SCHEMA_VERSION, highwater::migrate::window::OLDEST_BINARY, "0.3.0".to_owned()),
+        "the schema records its window"
+    );
+    assert!(window.1 <= oldest.schema_version, "the release upgraded from is inside the window");
 }
