@@ -16,6 +16,11 @@
 -- table for its duration: appends and reads wait. It scans the table once (attach validates the
 -- range) and builds one index (`events_id`): minutes per hundred million events.
 
+-- `highwater migrate` holds this lock already (its prelude takes every table in the order
+-- highwater.append does, with lock_timeout set, and retries). Applied by hand (psql -1 -f), the
+-- lock_timeout below keeps the wait short: the statement fails instead of queueing writers, or of
+-- a lock-order inversion with an appender rolling the appender's transaction back.
+SELECT set_config('lock_timeout', '500ms', true) WHERE current_setting('lock_timeout') IN ('0', '0ms');
 LOCK TABLE highwater.events IN ACCESS EXCLUSIVE MODE;
 
 -- The head of each versioned stream: its version and the (possibly raised) tx_id of that version.

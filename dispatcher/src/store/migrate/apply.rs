@@ -23,7 +23,8 @@ pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> 
     let applied = applied(&mut tx).await?;
     let mut report = Report::default();
 
-    refuse_newer_schema(&mut tx, plan, &applied).await?;
+    let recorded = window::read(&mut tx).await?;
+    refuse_newer_schema(plan, &applied, recorded.as_ref())?;
     for (version, checksum) in &applied {
         let Some(step) = plan.steps.iter().find(|s| s.version == *version) else { continue };
         if step.checksum == *checksum {
@@ -50,8 +51,7 @@ pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> 
         refuse_breaking_while_older_alive(&mut tx, &pending).await?;
     }
     let sum = plan.definitions_checksum();
-    let recorded_sum = recorded_definitions(&mut tx).await?;
-    let definitions_changed = recorded_sum.as_deref() != Some(sum.as_slice());
+    let definitions_changed = recorded.as_ref().map(|r| r.definitions_checksum.as_slice()) != Some(sum.as_slice());
     if !pending.is_empty() || definitions_changed {
         lock_everything(&mut tx, opts).await?;
     }
@@ -109,24 +109,13 @@ pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> 
     Ok(report)
 }
 
-/// The definitions checksum `migrate` recorded last (none before 0.3.0).
-async fn recorded_definitions(tx: &mut PgConnection) -> Result<Option<Vec<u8>>> {
-    let exists: bool =
-        sqlx::query_scalar("SELECT to_regclass('highwater.schema_version') IS NOT NULL").fetch_one(&mut *tx).await?;
-    if !exists {
-        return Ok(None);
-    }
-    Ok(sqlx::query_scalar("SELECT definitions_checksum FROM highwater.schema_version").fetch_optional(&mut *tx).await?)
-}
-
 /// Takes, before any change, every lock the migration will need: ACCESS EXCLUSIVE on each table
 /// of the schema in the order the running code takes them, so that a holder never waits for a
 /// table the migration took before the one it holds: a dispatcher's pass claims its shard
 /// (`consumers`, `consumer_shards`) before it reads `events`; `highwater.append` reads
 /// `event_types` and `stream_versions` before it inserts into `events`; everything else by name.
-/// (With `events` before `consumer_shards`, every pass of a busy dispatcher closed a cycle with
-/// the migration: measured, 40 retries and 293 s before the locks were had.) Safety does not rest
-/// on the order, only progress does: the whole statement may wait at most
+/// Safety does not rest on the order, only progress does (docs/operations.md, "Upgrading", has
+/// the retries measured from 0.2.0): the whole statement may wait at most
 /// `lock_timeout`, and at most half of `deadlock_timeout`: a writer that waits for a lock the
 /// migration already holds started waiting after the migration began this statement, so the
 /// migration's wait ends first, before PostgreSQL's deadlock check could pick the writer as the
@@ -202,24 +191,17 @@ async fn applied(tx: &mut PgConnection) -> Result<Vec<(i64, Vec<u8>)>> {
 }
 
 /// A schema migrated by a newer release: this `migrate` must not touch it.
-async fn refuse_newer_schema(tx: &mut PgConnection, plan: &Plan, applied: &[(i64, Vec<u8>)]) -> Result<()> {
+fn refuse_newer_schema(plan: &Plan, applied: &[(i64, Vec<u8>)], recorded: Option<&window::Recorded>) -> Result<()> {
     let unknown: Vec<i64> =
         applied.iter().map(|(v, _)| *v).filter(|v| !plan.steps.iter().any(|s| s.version == *v)).collect();
-    let recorded: Option<(i32, String)> =
-        if sqlx::query_scalar::<_, bool>("SELECT to_regclass('highwater.schema_version') IS NOT NULL")
-            .fetch_one(&mut *tx)
-            .await?
-        {
-            sqlx::query_as("SELECT version, release FROM highwater.schema_version").fetch_optional(&mut *tx).await?
-        } else {
-            None
-        };
-    let newer = recorded.as_ref().is_some_and(|(v, _)| *v > plan.schema_version);
+    let newer = recorded.is_some_and(|r| r.version > plan.schema_version);
     if unknown.is_empty() && !newer {
         return Ok(());
     }
-    let by =
-        recorded.map_or_else(|| "a newer release".to_owned(), |(v, r)| format!("release {r} (schema version {v})"));
+    let by = recorded.map_or_else(
+        || "a newer release".to_owned(),
+        |r| format!("release {} (schema version {})", r.release, r.version),
+    );
     Err(Error::refused(format!(
         "the schema was migrated by {by}, newer than this binary (release {}, schema version {}); migrations unknown \
          here: {unknown:?}",
@@ -278,8 +260,9 @@ async fn refuse_breaking_while_older_alive(tx: &mut PgConnection, pending: &[&su
 }
 
 fn in_step(e: sqlx::Error, what: &str) -> Error {
-    // A lock conflict stays a database error so that the retry sees it.
-    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "55P03" | "40P01" | "57014")) {
+    // A lock conflict stays a database error so that the retry sees it. A statement timeout
+    // inside a step is not one (only the lock prelude's own cap is): retrying would redo the work.
+    if e.as_database_error().and_then(|d| d.code()).is_some_and(|c| matches!(c.as_ref(), "55P03" | "40P01")) {
         tracing::info!(step = what, "lock not free within lock_timeout");
         return Error::Database(e);
     }

@@ -5,7 +5,7 @@
 //! in `highwater.schema_version` with [`OLDEST_BINARY`] (raised by a migration marked breaking).
 //! A binary runs against a schema whose version is at least its own (else: migrate first) and
 //! whose oldest accepted binary is at most its own (else: the schema has moved past it).
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::{Error, Result, db::describe_target};
 
@@ -25,6 +25,8 @@ pub struct Recorded {
     pub version: i32,
     pub oldest_binary: i32,
     pub release: String,
+    /// Of `migrations/definitions/` as last applied ([`super::Plan::definitions_checksum`]).
+    pub definitions_checksum: Vec<u8>,
 }
 
 /// Where this binary stands against a recorded schema.
@@ -49,16 +51,27 @@ pub fn fit(r: &Recorded, binary: i32) -> Fit {
 
 /// Reads the recorded window; `None` when the schema predates it (or does not exist).
 pub async fn recorded(pool: &PgPool) -> Result<Option<Recorded>> {
+    read(&mut *pool.acquire().await?).await
+}
+
+/// [`recorded`] on a connection (inside `migrate`'s transaction: a missing table must not be
+/// an error there, it would abort the transaction).
+pub(super) async fn read(conn: &mut PgConnection) -> Result<Option<Recorded>> {
     let exists: bool =
-        sqlx::query_scalar("SELECT to_regclass('highwater.schema_version') IS NOT NULL").fetch_one(pool).await?;
+        sqlx::query_scalar("SELECT to_regclass('highwater.schema_version') IS NOT NULL").fetch_one(&mut *conn).await?;
     if !exists {
         return Ok(None);
     }
-    let row: Option<(i32, i32, String)> =
-        sqlx::query_as("SELECT version, oldest_binary, release FROM highwater.schema_version")
-            .fetch_optional(pool)
+    let row: Option<(i32, i32, String, Vec<u8>)> =
+        sqlx::query_as("SELECT version, oldest_binary, release, definitions_checksum FROM highwater.schema_version")
+            .fetch_optional(&mut *conn)
             .await?;
-    Ok(row.map(|(version, oldest_binary, release)| Recorded { version, oldest_binary, release }))
+    Ok(row.map(|(version, oldest_binary, release, definitions_checksum)| Recorded {
+        version,
+        oldest_binary,
+        release,
+        definitions_checksum,
+    }))
 }
 
 /// Refuses to start against a schema outside this binary's window, naming the fix.
@@ -101,7 +114,7 @@ mod tests {
     use super::*;
 
     fn rec(version: i32, oldest_binary: i32) -> Recorded {
-        Recorded { version, oldest_binary, release: "x".into() }
+        Recorded { version, oldest_binary, release: "x".into(), definitions_checksum: Vec::new() }
     }
 
     #[test]
