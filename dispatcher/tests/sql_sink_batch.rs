@@ -423,10 +423,14 @@ async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
     let db = setup(&["Item"]).await;
     sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
     let ids = thousand_with_poison_at(&db.pool, usize::MAX).await;
-    let (lo, hi): (String, String) = sqlx::query_as("SELECT min(tx_id)::text, max(tx_id)::text FROM highwater.events")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    // No min()/max() of xid8 before PostgreSQL 15: the ends in btree order instead.
+    let (lo, hi): (String, String) = sqlx::query_as(
+        "SELECT (SELECT tx_id::text FROM highwater.events ORDER BY tx_id LIMIT 1),
+                (SELECT tx_id::text FROM highwater.events ORDER BY tx_id DESC LIMIT 1)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     let gone = ids[999] + 1_000_000;
     for (form, statement, single) in [("perEvent", PER_EVENT_DIVIDE, false), ("set", SET_DIVIDE, true)] {
         let mut conn = db.pool.acquire().await.unwrap();

@@ -26,9 +26,10 @@ DECLARE
     v_created integer := 0;
 BEGIN
     SELECT width, ahead INTO v_width, v_ahead FROM highwater.event_partitioning;
-    -- xid8 has no arithmetic: bounds are computed as numeric and compared only as xid8.
+    -- xid8 has no arithmetic: bounds are computed as numeric and compared only as xid8. Nor, before
+    -- PostgreSQL 15, a max(): the highest row is read with ORDER BY (btree order, as max() would).
     v_target := v_next::text::numeric + v_width * v_ahead;
-    SELECT max(hi) INTO v_top FROM highwater.event_partitions;
+    SELECT hi INTO v_top FROM highwater.event_partitions ORDER BY hi DESC LIMIT 1;
     IF v_top::text::numeric >= v_target THEN
         RETURN 0;
     END IF;
@@ -38,12 +39,12 @@ BEGIN
     PERFORM set_config('lock_timeout', '1s', true);
     LOCK TABLE ONLY highwater.events IN ACCESS EXCLUSIVE MODE;
     LOCK TABLE highwater.event_partitions IN EXCLUSIVE MODE;
-    SELECT max(hi) INTO v_top FROM highwater.event_partitions;
+    SELECT hi INTO v_top FROM highwater.event_partitions ORDER BY hi DESC LIMIT 1;
     IF v_top::text::numeric >= v_target THEN
         RETURN 0;
     END IF;
     ALTER TABLE highwater.events DETACH PARTITION highwater.events_tail;
-    SELECT max(tx_id) INTO v_tail FROM highwater.events_tail;
+    SELECT tx_id INTO v_tail FROM highwater.events_tail ORDER BY tx_id DESC LIMIT 1;
     IF v_tail IS NOT NULL THEN
         v_hi := (v_tail::text::numeric + 1)::text::xid8;
         v_name := format('events_%s', v_top);

@@ -26,6 +26,9 @@ pub struct EmbeddedOptions {
     /// instead of just after initdb's, so tests can cross the boundaries a long-lived database
     /// crosses: a power of ten, and the 32-bit epoch. Set with `pg_resetwal -x/-e`.
     pub next_xid: Option<u64>,
+    /// These server binaries instead of [`find_bindir`]'s: for a test that needs one major
+    /// whatever `$HIGHWATER_PG_BINDIR` says (the refusal of PostgreSQL 13).
+    pub bindir: Option<PathBuf>,
 }
 
 impl Default for EmbeddedOptions {
@@ -39,6 +42,7 @@ impl Default for EmbeddedOptions {
             ],
             port: None,
             next_xid: None,
+            bindir: None,
         }
     }
 }
@@ -52,15 +56,23 @@ pub struct EmbeddedPostgres {
     settings: Vec<(String, String)>,
 }
 
+fn has_server(p: &Path) -> bool {
+    p.join("initdb").is_file() && p.join("postgres").is_file()
+}
+
 /// The server binaries: `$HIGHWATER_PG_BINDIR`, then `pg_config --bindir`, then the newest
 /// `/usr/lib/postgresql/*/bin`.
 pub fn find_bindir() -> Result<PathBuf> {
-    let has_server = |p: &Path| p.join("initdb").is_file() && p.join("postgres").is_file();
     if let Ok(dir) = std::env::var("HIGHWATER_PG_BINDIR") {
-        let p = PathBuf::from(dir);
+        let p = PathBuf::from(&dir);
         if has_server(&p) {
             return Ok(p);
         }
+        // Set but wrong: falling back to another major would run the version matrix on the
+        // machine's default server and report it green.
+        return Err(Error::config(format!("HIGHWATER_PG_BINDIR={dir} has no initdb and postgres")).with_fix(
+            "point it at a PostgreSQL bin directory (e2e/pg/majors.sh bindir MAJOR prints one), or unset it",
+        ));
     }
     if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
         let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
@@ -115,7 +127,11 @@ impl EmbeddedPostgres {
     /// initdb into a new temporary directory, then start the server on a free loopback port.
     /// As root, both run as the `postgres` (or `nobody`) user: PostgreSQL refuses to run as root.
     pub async fn start(options: EmbeddedOptions) -> Result<Self> {
-        let bindir = find_bindir()?;
+        let bindir = match options.bindir {
+            Some(dir) if has_server(&dir) => dir,
+            Some(dir) => return Err(Error::Embedded(format!("{} has no initdb and postgres", dir.display()))),
+            None => find_bindir()?,
+        };
         let dir = tempfile::Builder::new()
             .prefix("highwater-pg-")
             .tempdir()
@@ -179,9 +195,11 @@ impl EmbeddedPostgres {
     }
 
     fn initdb(&self) -> Result<()> {
+        // No --no-instructions (14's): the output is captured anyway, and 13 must start, to be
+        // refused by the tests of the version check.
         self.run_on_data_dir(
             "initdb",
-            &["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions", "-D"],
+            &["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync", "-D"],
         )
     }
 

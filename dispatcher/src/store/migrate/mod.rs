@@ -12,6 +12,7 @@ mod apply;
 mod checksums;
 pub mod definitions;
 mod plan;
+pub mod server_version;
 pub mod window;
 
 use std::time::Duration;
@@ -66,6 +67,9 @@ pub async fn run(pool: &PgPool, opts: &Options) -> Result<Report> {
 /// Migrates with `plan` (tests add steps to it), retrying the whole transaction when a lock
 /// could not be had within `lock_timeout`.
 pub async fn run_plan(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> {
+    // Before the first write (the schema itself is created inside the attempt): an unsupported
+    // server would otherwise fail half-way through the plan on a missing operator or aggregate.
+    server_version::check(pool).await?;
     let mut retries = 0u32;
     let attempt = || async {
         let started = std::time::Instant::now();

@@ -75,7 +75,12 @@ pub(super) async fn read(conn: &mut PgConnection) -> Result<Option<Recorded>> {
 }
 
 /// Refuses to start against a schema outside this binary's window, naming the fix.
+///
+/// Every binary checks this before its work (dispatch, the operator, the CLI), so the server's
+/// version is checked here first: pointed at an unsupported server, they name the server, not a
+/// missing schema whose fix (`migrate`) would only be refused in turn.
 pub async fn check(pool: &PgPool, url: &str) -> Result<()> {
+    super::server_version::check(pool).await?;
     let target = describe_target(url);
     match recorded(pool).await? {
         None => Err(Error::NotMigrated { target }),
