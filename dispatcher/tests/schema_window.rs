@@ -174,6 +174,7 @@ async fn a_migration_gives_way_to_an_open_application_transaction_and_retries() 
     // The application's business transaction: an append, then more work before the commit.
     let mut tx = db.pool.begin().await.unwrap();
     append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *tx).await.unwrap();
 
     let mut plan = Plan::this_release();
     plan.steps.push(Step::new(29991231000001, "probe", "ALTER TABLE highwater.events ADD COLUMN probe integer;\n"));
@@ -196,6 +197,9 @@ async fn a_migration_gives_way_to_an_open_application_transaction_and_retries() 
     let report = tokio::time::timeout(Duration::from_secs(30), migration).await.unwrap().unwrap().unwrap();
     assert_eq!(report.applied, vec![29991231000001]);
     assert!(report.retries >= 2, "it gave way and retried: {report:?}");
+    // Each time it names who it gave way to: the application's transaction, on events.
+    let named = format!("highwater.events held by pid {pid} ");
+    assert!(report.gave_way_to.iter().any(|h| h.contains(&named)), "{named:?} in {:?}", report.gave_way_to);
     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.events").fetch_one(&db.pool).await.unwrap();
     assert_eq!(events, 4, "the application's events are all there");
 }

@@ -40,6 +40,11 @@ pub const PAUSE: &str = "localhost/highwater-e2e-pause";
 const PAUSE_RECIPE: &str = "pause-v1";
 const CATATONIT: &str = "/usr/bin/catatonit";
 
+/// The local repository of an earlier release's image (the release's commit names it).
+pub fn release_repository(commit: &str) -> String {
+    format!("{IMAGE}-release-{commit}")
+}
+
 /// The repository's `Dockerfile`.
 pub fn dockerfile() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../Dockerfile")
@@ -322,6 +327,12 @@ impl Engine {
     /// [`crate::pod_runner::built_programs`]): reused when the binaries, the Dockerfile and the
     /// base are unchanged, else built (base included) and the older images removed.
     pub fn image(&self, programs_dir: &Path) -> Result<Image> {
+        self.image_in(programs_dir, IMAGE)
+    }
+
+    /// [`Engine::image`] under another repository, whose older tags only are removed: an earlier
+    /// release's image (see [`release_repository`]) stays cached beside this build's.
+    pub fn image_in(&self, programs_dir: &Path, repository: &str) -> Result<Image> {
         self.locked(|| {
             let started = Instant::now();
             let programs: Vec<PathBuf> = PROGRAMS.iter().map(|p| programs_dir.join(p)).collect();
@@ -332,14 +343,14 @@ impl Engine {
             for p in &programs {
                 hash_file(&mut key, p)?;
             }
-            let name = format!("{IMAGE}:{:016x}", key.finish());
+            let name = format!("{repository}:{:016x}", key.finish());
             if self.exists(&name)? {
                 return Ok(Image { name, built: false, build_time: started.elapsed() });
             }
             let context = tempfile::tempdir()?;
             stage_binaries(&programs, context.path())?;
             self.build_unlocked(context.path(), &base, &name)?;
-            self.remove_other_tags(IMAGE, &name);
+            self.remove_other_tags(repository, &name);
             Ok(Image { name, built: true, build_time: started.elapsed() })
         })
     }

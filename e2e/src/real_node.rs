@@ -157,6 +157,24 @@ impl RealNode {
         Ok(address)
     }
 
+    /// Builds (or reuses) the image of the programs in `programs` under `repository` and
+    /// imports it into the node's containerd, e.g. an earlier release's image beside this
+    /// build's (see [`crate::image::release_repository`]).
+    pub async fn load_image(&self, programs: &Path, repository: &str) -> Result<Image> {
+        let engine = tokio::task::spawn_blocking(Engine::new).await?.context("the container engine")?;
+        let archive = self.dir().join(format!("{}.tar", repository.replace('/', "_")));
+        let (programs, repository, to) = (programs.to_path_buf(), repository.to_owned(), archive.clone());
+        let image = tokio::task::spawn_blocking(move || -> Result<Image> {
+            let image = engine.image_in(&programs, &repository)?;
+            engine.save(&image.name, &to)?;
+            Ok(image)
+        })
+        .await??;
+        self.containerd().import(&archive)?;
+        std::fs::remove_file(&archive)?;
+        Ok(image)
+    }
+
     pub fn containerd(&self) -> &Containerd {
         self.containerd.as_ref().expect("containerd runs")
     }

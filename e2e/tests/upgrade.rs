@@ -58,11 +58,7 @@ async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_fails() {
     // The oldest release of the window by default; HIGHWATER_UPGRADE_FROM=0.2.0 measures another.
-    let releases = upgrade::releases().unwrap();
-    let oldest = match std::env::var("HIGHWATER_UPGRADE_FROM") {
-        Ok(name) => releases.into_iter().find(|r| r.name == name).expect("HIGHWATER_UPGRADE_FROM names a release"),
-        Err(_) => releases.into_iter().next().unwrap(),
-    };
+    let oldest = upgrade::release_from_env(|r| r.into_iter().next()).unwrap();
     let old_bin = upgrade::release_binary(&oldest).unwrap();
     let new_bin = highwater_bin().unwrap();
     let pg = EmbeddedPostgres::start(Default::default()).await.unwrap();
@@ -109,6 +105,10 @@ async fn the_oldest_release_upgrades_under_load_and_no_application_transaction_f
     let migrate_to = Instant::now();
     assert!(out.contains("schema version 3"), "{out}");
     let retries = out.matches("migration gave way to running transactions").count();
+    // What the migration gave way to, as its log names it (the first few).
+    for line in out.lines().filter(|l| l.contains("held by running transactions")).take(3) {
+        println!("migrate: {line}");
+    }
 
     // The old dispatchers keep delivering against the new schema.
     let at_migrate = count(&pool, "SELECT count(*) FROM projected").await;

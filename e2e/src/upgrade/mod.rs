@@ -36,9 +36,68 @@ pub fn releases() -> Result<Vec<Release>> {
         .collect()
 }
 
+/// The release to measure: the one `HIGHWATER_UPGRADE_FROM` names, else `default` of the window.
+pub fn release_from_env(default: impl FnOnce(Vec<Release>) -> Option<Release>) -> Result<Release> {
+    let releases = releases()?;
+    match std::env::var("HIGHWATER_UPGRADE_FROM") {
+        Ok(name) => releases
+            .into_iter()
+            .find(|r| r.name == name)
+            .with_context(|| format!("HIGHWATER_UPGRADE_FROM={name} is not a release of e2e/upgrade/releases")),
+        Err(_) => default(releases).context("e2e/upgrade/releases names no release"),
+    }
+}
+
 /// The `highwater` binary of `release`, built unless cached (minutes the first time).
 pub fn release_binary(release: &Release) -> Result<PathBuf> {
-    let out = std::process::Command::new(dir().join("build-release.sh"))
+    build(release, false)
+}
+
+/// The directory holding `highwater` and `highwater-operator` of `release` (what its image
+/// holds), built unless cached.
+pub fn release_programs(release: &Release) -> Result<PathBuf> {
+    let highwater = build(release, true)?;
+    Ok(highwater.parent().context("the binary's directory")?.to_path_buf())
+}
+
+/// `release`'s chart (charts/highwater at its commit), written under `into`; returns its path.
+pub fn release_chart(release: &Release, into: &Path) -> Result<PathBuf> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let tarball = into.join("chart.tar");
+    let archive = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["archive", "--format=tar", "-o"])
+        .arg(&tarball)
+        .args([&release.commit, "charts/highwater"])
+        .output()
+        .context("running git archive")?;
+    if !archive.status.success() {
+        bail!(
+            "git archive of {}'s chart: {}; fix: clone without --depth",
+            release.commit,
+            String::from_utf8_lossy(&archive.stderr).trim()
+        );
+    }
+    let unpacked = std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(into)
+        .status()
+        .context("running tar")?;
+    if !unpacked.success() {
+        bail!("tar -xf {} failed", tarball.display());
+    }
+    Ok(into.join("charts/highwater"))
+}
+
+fn build(release: &Release, operator: bool) -> Result<PathBuf> {
+    let mut command = std::process::Command::new(dir().join("build-release.sh"));
+    if operator {
+        command.arg("--operator");
+    }
+    let out = command
         .arg(&release.commit)
         .stderr(std::process::Stdio::inherit())
         .output()

@@ -1,14 +1,17 @@
 //! One attempt of `migrate`: everything in one transaction, or nothing.
+use std::{sync::Mutex, time::Duration};
+
 use sqlx::{Acquire, PgConnection, PgPool, Row};
 
-use super::{Options, Plan, Report, checksums, window};
+use super::{Options, Plan, Report, blockers, checksums, window};
 use crate::{Error, Result};
 
 /// Serialises concurrent `migrate`s (transaction-scoped, so it is released with the transaction
 /// and works through a transaction-mode pooler): "highwater" in ASCII.
 const MIGRATE_LOCK: i64 = 0x6869_6768_7761_7465;
 
-pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> {
+/// `holders` collects who held the locks of an attempt that gave way (see [`blockers`]).
+pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options, holders: &Mutex<Vec<String>>) -> Result<Report> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
     // Wait for another migrate without a timeout (it blocks no writer), then cap every lock wait.
@@ -53,7 +56,8 @@ pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> 
     let sum = plan.definitions_checksum();
     let definitions_changed = recorded.as_ref().map(|r| r.definitions_checksum.as_slice()) != Some(sum.as_slice());
     if !pending.is_empty() || definitions_changed {
-        lock_everything(&mut tx, opts).await?;
+        let events_first = applied.iter().any(|(v, _)| *v >= ONE_STATEMENT_APPEND);
+        lock_everything(pool, &mut tx, opts, events_first, holders).await?;
     }
     for step in &pending {
         let started = std::time::Instant::now();
@@ -109,25 +113,47 @@ pub async fn once(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Report> 
     Ok(report)
 }
 
+/// The migration from which the installed `highwater.append` inserts into `events` and reads
+/// `event_types` in one statement (20261201000030_append_cost): `events` first. Before it, append
+/// read `event_types` in a statement of its own, then inserted.
+const ONE_STATEMENT_APPEND: i64 = 20261201000030;
+
 /// Takes, before any change, every lock the migration will need: ACCESS EXCLUSIVE on each table
 /// of the schema in the order the running code takes them, so that a holder never waits for a
-/// table the migration took before the one it holds: a dispatcher's pass claims its shard
-/// (`consumers`, `consumer_shards`) before it reads `events`; `highwater.append` reads
-/// `event_types` and `stream_versions` before it inserts into `events`; everything else by name.
+/// table the migration took before the one it holds. What matters most is the installed
+/// `highwater.append` (the database's definition, whatever the applications' release): a
+/// business transaction holds what its first append took and wants the rest on its next one, and
+/// a transaction that begins while the prelude waits takes append's first table before it queues
+/// on the second. So `events` comes first where append takes it first (`events_first`), else
+/// `event_types` does; then `stream_versions` (the stream-version trigger, after the insert),
+/// `consumer_shards` (a dispatcher's cursor transaction reads `events`, then updates it),
+/// `consumers`, and everything else by name. Each of these was seen holding up the prelude, from
+/// pg_blocking_pids (see `blockers`), while it was ordered otherwise.
 /// Safety does not rest on the order, only progress does (docs/operations.md, "Upgrading", has
-/// the retries measured from 0.2.0): the whole statement may wait at most
+/// the retries measured): the whole statement may wait at most
 /// `lock_timeout`, and at most half of `deadlock_timeout`: a writer that waits for a lock the
 /// migration already holds started waiting after the migration began this statement, so the
 /// migration's wait ends first, before PostgreSQL's deadlock check could pick the writer as the
 /// victim. After it, no statement of the migration waits for a lock a writer holds.
-async fn lock_everything(tx: &mut PgConnection, opts: &Options) -> Result<()> {
+async fn lock_everything(
+    pool: &PgPool,
+    tx: &mut PgConnection,
+    opts: &Options,
+    events_first: bool,
+    holders: &Mutex<Vec<String>>,
+) -> Result<()> {
+    let first: &[&str] = if events_first {
+        &["events", "event_types", "stream_versions", "consumer_shards", "consumers"]
+    } else {
+        &["event_types", "events", "stream_versions", "consumer_shards", "consumers"]
+    };
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT format('%I.%I', n.nspname, c.relname)
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
           WHERE n.nspname = 'highwater' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-          ORDER BY array_position(ARRAY['consumers', 'consumer_shards', 'event_types', 'stream_versions', 'events'],
-                                  c.relname::text) NULLS LAST, c.relname",
+          ORDER BY array_position($1::text[], c.relname::text) NULLS LAST, c.relname",
     )
+    .bind(first)
     .fetch_all(&mut *tx)
     .await?;
     if tables.is_empty() {
@@ -144,9 +170,20 @@ async fn lock_everything(tx: &mut PgConnection, opts: &Options) -> Result<()> {
         .bind(format!("{}ms", cap_ms.round()))
         .execute(&mut *tx)
         .await?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", tables.join(", "))))
-        .execute(&mut *tx)
-        .await?;
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *tx).await?;
+    let watch = blockers::Watch::start(pool, pid, Duration::from_secs_f64(cap_ms * 0.8 / 1000.0));
+    let locked =
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", tables.join(", "))))
+            .execute(&mut *tx)
+            .await;
+    if let Err(e) = locked {
+        if let Some(held_by) = watch.finish().await {
+            tracing::warn!(%held_by, waited = ?started.elapsed(), "migration's locks are held by running transactions");
+            holders.lock().unwrap_or_else(|p| p.into_inner()).push(held_by);
+        }
+        return Err(e.into());
+    }
+    watch.stop();
     sqlx::raw_sql("SET LOCAL statement_timeout TO DEFAULT").execute(&mut *tx).await?;
     tracing::info!(tables = tables.len(), waited = ?started.elapsed(), "migration holds its locks");
     Ok(())

@@ -9,6 +9,7 @@
 //! rewritten. The bookkeeping stays sqlx's table (`highwater._sqlx_migrations`), so binaries of
 //! earlier releases still see the schema as migrated.
 mod apply;
+mod blockers;
 mod checksums;
 pub mod definitions;
 mod plan;
@@ -57,6 +58,9 @@ pub struct Report {
     pub retries: u32,
     /// The time of the attempt that committed.
     pub duration: Duration,
+    /// For each attempt that gave way, the transactions that held its locks (relation, pid,
+    /// application, state, time in transaction, statement), as sampled while it waited.
+    pub gave_way_to: Vec<String>,
 }
 
 /// Migrates with this release's plan.
@@ -71,9 +75,10 @@ pub async fn run_plan(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Repo
     // server would otherwise fail half-way through the plan on a missing operator or aggregate.
     server_version::check(pool).await?;
     let mut retries = 0u32;
+    let holders = std::sync::Mutex::new(Vec::new());
     let attempt = || async {
         let started = std::time::Instant::now();
-        let mut report = apply::once(pool, plan, opts).await?;
+        let mut report = apply::once(pool, plan, opts, &holders).await?;
         report.duration = started.elapsed();
         Ok::<_, Error>(report)
     };
@@ -113,6 +118,7 @@ pub async fn run_plan(pool: &PgPool, plan: &Plan, opts: &Options) -> Result<Repo
             }
         })?;
     report.retries = retries;
+    report.gave_way_to = holders.into_inner().unwrap_or_else(|p| p.into_inner());
     Ok(report)
 }
 
