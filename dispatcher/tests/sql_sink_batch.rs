@@ -33,15 +33,29 @@ async fn track_function_calls(pool: &PgPool) {
 }
 
 /// Calls of `highwater.NAME` counted so far. Function statistics reach the shared counters when
-/// a session ends (or has been idle a while): stop the dispatcher first.
+/// a session ends (or has been idle a while): stop the dispatcher first. Before PostgreSQL 15 they
+/// travel to the statistics collector over a socket and arrive a moment after the session ended
+/// (up to its 500 ms interval): the count is read until it is non-zero and the same 600 ms apart.
 async fn function_calls(pool: &PgPool, name: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE schemaname = 'highwater' AND funcname = $1",
-    )
-    .bind(name)
-    .fetch_one(pool)
-    .await
-    .unwrap()
+    let read = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE schemaname = 'highwater' AND funcname = $1",
+        )
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut last = read().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let now = read().await;
+        if (now == last && now > 0) || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 async fn wait_status(pool: &PgPool, consumer: &str, status: &'static str) {
