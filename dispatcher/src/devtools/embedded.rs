@@ -16,6 +16,8 @@ use nix::{
 
 use crate::{Error, Result};
 
+mod replica;
+
 /// Server settings; the defaults favour speed because the cluster is thrown away.
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {

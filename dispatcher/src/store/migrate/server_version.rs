@@ -45,11 +45,27 @@ pub fn support(num: u32) -> Support {
     }
 }
 
-/// Refuses a server older than [`OLDEST_MAJOR`]; warns about one newer than the matrix.
+/// Refuses a server older than [`OLDEST_MAJOR`] and a hot standby; warns about a major newer
+/// than the matrix.
 pub async fn check(pool: &PgPool) -> Result<()> {
     // server_version_num, not version(): a number in every major, with no distributor's suffix.
-    let num: i32 = sqlx::query_scalar("SELECT current_setting('server_version_num')::int").fetch_one(pool).await?;
+    let (num, standby): (i32, bool) =
+        sqlx::query_as("SELECT current_setting('server_version_num')::int, pg_is_in_recovery()")
+            .fetch_one(pool)
+            .await?;
     let num = u32::try_from(num).unwrap_or(0);
+    if standby {
+        // Every command writes (cursors, heartbeats, events, the schema): on a standby the first
+        // write would fail with a bare "cannot execute ... in a read-only transaction".
+        return Err(Error::refused(
+            "the database is a hot standby (pg_is_in_recovery() is true): highwater writes on every command and a \
+             standby is read-only; nothing was changed",
+        )
+        .with_fix(
+            "point DATABASE_URL at the primary: its read-write service (CloudNativePG: <cluster>-rw; a managed \
+             database's writer endpoint), not a replica or read-only endpoint",
+        ));
+    }
     match support(num) {
         Support::Supported => Ok(()),
         Support::TooOld => Err(too_old(num)),
