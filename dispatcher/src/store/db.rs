@@ -36,6 +36,15 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
 
 async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration) -> Result<PgPool> {
     let opts = options(url)?;
+    // One direct connection first: the pool would retry a refused login or a missing database
+    // inside its acquire timeout and report only "pool timed out".
+    match tokio::time::timeout(acquire_timeout, PgConnection::connect_with(&opts)).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(source)) => return Err(super::reach::explain(url, source)),
+        Err(_) => return Err(Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut }),
+    }
     PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)
@@ -74,7 +83,7 @@ pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -
                 let _ = conn.close().await;
                 Ok(())
             }
-            Ok(Err(source)) => Err(Error::Unreachable { target: describe_target(url), source }),
+            Ok(Err(source)) => Err(super::reach::explain(url, source)),
             Err(_) => Err(Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut }),
         }
     };
@@ -87,6 +96,7 @@ pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -
                 .without_max_times()
                 .with_jitter(),
         )
+        .when(super::reach::retriable)
         .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"))
         .await
 }

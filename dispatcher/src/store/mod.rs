@@ -13,6 +13,7 @@ pub mod notify;
 pub mod ops;
 pub mod partitions;
 pub mod position;
+pub mod reach;
 pub mod read_ahead;
 pub mod retention;
 pub mod shards;
