@@ -44,7 +44,7 @@ pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
-    applied, body, db, definitions, event_types, events, kubernetes, literal, migrate, notify, ops, partitions,
+    applied, body, db, definitions, doctor, event_types, events, kubernetes, literal, migrate, notify, ops, partitions,
     position, read_ahead, retention, shards, sleepers,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

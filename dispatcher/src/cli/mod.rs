@@ -4,6 +4,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod consumer;
+mod doctor;
 mod events;
 mod migrate;
 
@@ -55,6 +56,10 @@ pub enum Command {
     /// Register and list event types.
     #[command(subcommand, name = "event-types")]
     EventTypes(EventTypesCmd),
+    /// Check the database for highwater: server version, schema window, the role's privileges,
+    /// LISTEN, what holds the fence back; each finding with its fix. Exit 0 ok, 1 warnings, 2
+    /// errors.
+    Doctor(doctor::DoctorArgs),
     /// Start an embedded PostgreSQL (unless DATABASE_URL is set), apply the examples, run several
     /// dispatchers, append sample events and show delivery and lag live.
     Quickstart(quickstart::QuickstartArgs),
@@ -233,6 +238,12 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
+        Command::Doctor(a) => {
+            let code = doctor::run(&require_url(&g)?, &a).await;
+            if code != 0 {
+                std::process::exit(i32::from(code));
+            }
+        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod applied;
 pub mod body;
 pub mod db;
 pub mod definitions;
+pub mod doctor;
 pub mod event_types;
 pub mod events;
 pub mod kubernetes;
