@@ -123,6 +123,12 @@ mod tests {
     }
 
     #[test]
+    fn the_release_recorded_in_the_schema_is_the_crate_version() {
+        // `highwater --version`, the chart's appVersion and the image tag say the same release.
+        assert_eq!(RELEASE, env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
     fn a_binary_fits_between_its_schema_and_the_schemas_oldest_binary() {
         assert_eq!(fit(&rec(3, 1), 3), Fit::Inside);
         assert_eq!(fit(&rec(5, 3), 3), Fit::Inside);
