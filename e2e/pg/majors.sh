@@ -101,8 +101,10 @@ test_majors() {
     local args=() s
     for s in $suites; do args+=(--test "$s"); done
     cd "$repo"
-    # One build for every major: only the server binaries change between them.
-    cargo build --quiet --tests -p highwater
+    # One build for every major: only the server binaries change between them. --workspace, as
+    # .ci/run's full run builds: with -p highwater cargo resolves other features and builds the
+    # crate and its test binaries a second time.
+    cargo test --quiet --workspace --locked --no-run
     HIGHWATER_PG13_BINDIR=$(bindir 13)
     export HIGHWATER_PG13_BINDIR
     local summary=() status=0 m dir log started took result
@@ -115,7 +117,7 @@ test_majors() {
         # check.sh: fresh install = upgrade from each release that ran on this major.
         OLD_REV=none RELEASES="$(releases_on "$m")" migrations/definitions/check.sh "$dir" 2>&1 | tee "$log"
         local check=${PIPESTATUS[0]}
-        HIGHWATER_PG_BINDIR=$dir HIGHWATER_EXPECT_MAJOR=$m cargo test --quiet -p highwater "${args[@]}" --no-fail-fast -- \
+        HIGHWATER_PG_BINDIR=$dir HIGHWATER_EXPECT_MAJOR=$m cargo test --quiet --workspace --locked "${args[@]}" --no-fail-fast -- \
             --test-threads="$threads" 2>&1 | tee -a "$log"
         local tests=${PIPESTATUS[0]}
         set -e
