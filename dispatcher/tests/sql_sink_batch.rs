@@ -446,7 +446,9 @@ async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
     .await
     .unwrap();
     let gone = ids[999] + 1_000_000;
-    for (form, statement, single) in [("perEvent", PER_EVENT_DIVIDE, false), ("set", SET_DIVIDE, true)] {
+    for (form, statement, single) in
+        [("perEvent", PER_EVENT_DIVIDE, false), ("set", SET_DIVIDE, true), ("set", SET_DIVIDE, false)]
+    {
         let mut conn = db.pool.acquire().await.unwrap();
         let prepared: Option<String> = sqlx::query_scalar("SELECT highwater.sql_sink_prepare($1, $2)")
             .bind(form)

@@ -82,6 +82,7 @@ DECLARE
     v_state text;
     v_set text;
     v_done integer;
+    v_missing boolean := false;
     r highwater.events;
 BEGIN
     deferred := false;
@@ -185,9 +186,19 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
                     set_config('highwater.batch_hi', p_hi::text, true),
                     set_config('highwater.batch_first', p_ids[1]::text, true),
                     set_config('highwater.batch_last', p_ids[v_n]::text, true),
-                    set_config('highwater.batch_ids', p_ids::text, true),
-                    set_config('role', coalesce(p_role, 'none'), true);
-            PERFORM pg_temp.%I();
+                    set_config('highwater.batch_ids', p_ids::text, true);
+            -- Every event of the batch must be there, as the per-event loop requires: a
+            -- statement over a batch that lost events (pruned after the read) would apply the
+            -- rest and the cursor would pass the missing ones. One count of the batch's range;
+            -- the first missing event is looked for only when one is.
+            IF (SELECT count(*) FROM pg_temp.highwater_batch) <> v_n THEN
+                v_missing := true;
+                SELECT u.i - 1 INTO v_cur FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                 WHERE u.id NOT IN (SELECT b.id FROM pg_temp.highwater_batch b) ORDER BY u.i LIMIT 1;
+            ELSE
+                PERFORM set_config('role', coalesce(p_role, 'none'), true);
+                PERFORM pg_temp.%I();
+            END IF;
         ELSE
 %s
                 -- The view narrowed to this one event.
@@ -204,7 +215,7 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
         PERFORM set_config('role', 'none', true), set_config('highwater.batch_ids', '{}', true);
     %s
 $loop$ $body$, p_name || '_batch', v_batch_args, v_declare, p_name, v_range, p_name,
-           format(v_handler, 'p_single'));
+           format(v_handler, '(p_single OR v_missing)'));
     ELSE
         RETURN format('unknown SQL sink form "%s"', p_form);
     END IF;
