@@ -45,6 +45,6 @@ pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
     applied, body, db, definitions, doctor, event_types, events, kubernetes, literal, migrate, notify, ops, partitions,
-    position, read_ahead, retention, shards, sleepers,
+    position, read_ahead, retention, roles, shards, sleepers,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

@@ -7,6 +7,7 @@ mod consumer;
 mod doctor;
 mod events;
 mod migrate;
+mod roles;
 
 pub use consumer::ConsumerCmd;
 pub use events::EventsCmd;
@@ -63,6 +64,9 @@ pub enum Command {
     /// Start an embedded PostgreSQL (unless DATABASE_URL is set), apply the examples, run several
     /// dispatchers, append sample events and show delivery and lag live.
     Quickstart(quickstart::QuickstartArgs),
+    /// Print the SQL of least-privilege database roles (owner, dispatcher, operator, applications,
+    /// SQL sink roles).
+    Roles(roles::RolesArgs),
 }
 
 #[derive(Args, Debug)]
@@ -238,6 +242,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
+        Command::Roles(a) => roles::run(&a, g.database_url.as_deref())?,
         Command::Doctor(a) => {
             let code = doctor::run(&require_url(&g)?, &a).await;
             if code != 0 {

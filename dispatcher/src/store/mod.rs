@@ -17,5 +17,6 @@ pub mod position;
 pub mod reach;
 pub mod read_ahead;
 pub mod retention;
+pub mod roles;
 pub mod shards;
 pub mod sleepers;
