@@ -1,5 +1,6 @@
 //! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz`, the SSE streams and the
-//! read-your-writes wait (`/v1/consumers/{name}/applied`).
+//! read-your-writes wait (`/v1/consumers/{name}/applied`), and `/openapi.json`, their description
+//! (docs/openapi.json, embedded; tests/openapi.rs keeps it true to this router).
 use std::{
     net::SocketAddr,
     sync::{
@@ -52,13 +53,16 @@ pub async fn serve(
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready_handler))
+        .route("/openapi.json", get(openapi_handler))
         .with_state(AppState { metrics, health })
         .merge(
             Router::new()
                 .route("/v1/consumers/{name}/events", get(sse::stream_handler))
                 .route("/v1/consumers/{name}/applied", get(wait_http::applied_handler))
                 .with_state(sse),
-        );
+        )
+        // A path no route matches: plain text, as every other refusal of this server.
+        .fallback(|| async { (StatusCode::NOT_FOUND, "no such endpoint: GET /openapi.json lists them\n") });
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
         tracing::error!(error = %e, "HTTP server failed");
     }
@@ -66,6 +70,13 @@ pub async fn serve(
 
 async fn metrics_handler(State(st): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], st.metrics.encode())
+}
+
+/// The OpenAPI 3.1 description of this server, as committed under docs/.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+async fn openapi_handler() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 async fn ready_handler(State(st): State<AppState>) -> impl IntoResponse {

@@ -170,12 +170,16 @@ pub async fn stream_handler(
     let rx = channel.tx.subscribe();
     let start = match last {
         None => None,
-        Some(id) => match position_of(&st.pool, id).await {
-            Ok(Some(p)) => Some(p),
-            Ok(None) => {
+        // Bounded like /readyz: a database that does not answer is a 503, not a hanging request.
+        Some(id) => match tokio::time::timeout(std::time::Duration::from_secs(5), position_of(&st.pool, id)).await {
+            Ok(Ok(Some(p))) => Some(p),
+            Ok(Ok(None)) => {
                 return (StatusCode::BAD_REQUEST, format!("Last-Event-ID {id} is not a known event\n")).into_response();
             }
-            Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+            Ok(Err(e)) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+            Err(_) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, "the database did not answer within 5s\n").into_response();
+            }
         },
     };
     let tenant = q.tenant;

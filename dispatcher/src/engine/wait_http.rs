@@ -19,6 +19,8 @@ use crate::{
 
 /// The timeout when the request names none.
 const DEFAULT_TIMEOUT: &str = "5s";
+/// How long past its timeout a wait may take to answer before it is a 503.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Deserialize)]
 pub struct AppliedQuery {
@@ -41,6 +43,13 @@ pub async fn applied_handler(
         return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or unknown bearer token\n")
             .into_response();
     }
+    // PostgreSQL text cannot hold NUL: such a name would fail the hub's one statement for every
+    // waiter (a 503 for input no consumer can have).
+    if name.contains('\0') || q.instance.as_deref().is_some_and(|i| i.contains('\0')) {
+        let e = Error::config("the consumer name or the instance contains a NUL character")
+            .with_fix("pass the name as `highwater consumer list` shows it");
+        return refusal(StatusCode::BAD_REQUEST, &e);
+    }
     let Some(after) = q.after.as_deref() else {
         let e = Error::config("the query parameter `after` is missing")
             .with_fix("pass the token of your write: ?after=TOKEN (highwater.token() in SQL)");
@@ -54,7 +63,19 @@ pub async fn applied_handler(
         Ok(t) => t,
         Err(e) => return refusal(StatusCode::BAD_REQUEST, &e),
     };
-    match wait::hub(&st.pool).wait(&name, q.instance.as_deref(), token, timeout).await {
+    // Past the timeout and a moment to explain what is pending, the database is not answering:
+    // a 503 then, not a request hanging on the pool's connection attempts.
+    let hub = wait::hub(&st.pool);
+    let wait = hub.wait(&name, q.instance.as_deref(), token, timeout);
+    let Ok(waited) = tokio::time::timeout(timeout + ANSWER_GRACE, wait).await else {
+        let e = Error::config(format!(
+            "the database did not answer within {}",
+            humantime::format_duration(timeout + ANSWER_GRACE)
+        ))
+        .with_fix("GET /readyz says whether this dispatcher reaches its database");
+        return refusal(StatusCode::SERVICE_UNAVAILABLE, &e);
+    };
+    match waited {
         Ok(Waited::Applied) => {
             (StatusCode::OK, Json(json!({"consumer": name, "after": token, "applied": true}))).into_response()
         }

@@ -1,0 +1,192 @@
+//! docs/openapi.json against the real server: `GET /openapi.json` serves exactly the committed
+//! document; the router's routes (read from its source) are the document's paths; and every
+//! status code the document lists for an operation is reached here, each with a documented
+//! content type, while nothing undocumented comes back (the database is stopped at the end for
+//! the 503s). e2e/openapi/schemathesis.sh fuzzes the same document.
+mod common;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
+
+use common::*;
+use highwater::{NewEvent, append};
+use serde_json::{Value, json};
+
+const DOC: &str = include_str!("../../docs/openapi.json");
+const ROUTER: &str = include_str!("../src/engine/http.rs");
+const TOKEN: &str = "openapi-t0ken";
+
+/// The paths of the `.route("...", ...)` calls in the router's source, in OpenAPI's spelling
+/// (axum's `{name}` is the same).
+fn router_paths() -> BTreeSet<String> {
+    ROUTER.split(".route(\"").skip(1).map(|rest| rest[..rest.find('"').unwrap()].to_owned()).collect()
+}
+
+/// (path, method) -> status -> documented media types.
+fn documented(doc: &Value) -> BTreeMap<(String, String), BTreeMap<u16, Vec<String>>> {
+    let mut out = BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let mut statuses = BTreeMap::new();
+            for (code, resp) in op["responses"].as_object().unwrap() {
+                let resp = match resp.get("$ref").and_then(Value::as_str) {
+                    Some(r) => &doc["components"]["responses"][r.rsplit('/').next().unwrap()],
+                    None => resp,
+                };
+                let types = resp["content"].as_object().map(|c| c.keys().cloned().collect()).unwrap_or_default();
+                statuses.insert(code.parse().expect("numeric status codes only"), types);
+            }
+            out.insert((path.clone(), method.to_uppercase()), statuses);
+        }
+    }
+    out
+}
+
+struct Seen {
+    /// (documented path, method) -> status codes answered.
+    got: BTreeMap<(String, String), BTreeSet<u16>>,
+    problems: Vec<String>,
+}
+
+impl Seen {
+    /// Sends GET `url` (relative), records its status under `doc_path`, checks the status and
+    /// the content type are documented, and returns the status and the body (not read for
+    /// event streams).
+    async fn get(
+        &mut self,
+        doc: &BTreeMap<(String, String), BTreeMap<u16, Vec<String>>>,
+        port: u16,
+        doc_path: &str,
+        url: &str,
+        auth: bool,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        let mut req = reqwest::Client::new().get(format!("http://127.0.0.1:{port}{url}"));
+        if auth {
+            req = req.bearer_auth(TOKEN);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = tokio::time::timeout(Duration::from_secs(30), req.send())
+            .await
+            .unwrap_or_else(|_| panic!("GET {url} {headers:?} unanswered within 30s"))
+            .unwrap();
+        let status = resp.status().as_u16();
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let key = (doc_path.to_owned(), "GET".to_owned());
+        self.got.entry(key.clone()).or_default().insert(status);
+        match doc.get(&key).and_then(|s| s.get(&status)) {
+            None => self.problems.push(format!("GET {url}: {status} is not documented for {doc_path}")),
+            Some(types) if !types.iter().any(|t| ct.split(';').next().unwrap().trim() == t) => {
+                self.problems.push(format!("GET {url}: {status} with content type {ct:?}, documented {types:?}"))
+            }
+            Some(_) => {}
+        }
+        let body = if ct.starts_with("text/event-stream") { String::new() } else { resp.text().await.unwrap() };
+        assert!(!body.starts_with("no such endpoint"), "GET {url} reached no route (the router's fallback)");
+        (status, body)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_is_served_and_true_to_the_server() {
+    let doc: Value = serde_json::from_str(DOC).expect("docs/openapi.json is JSON");
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(router_paths(), paths, "the router's routes are the document's paths");
+    let ops = documented(&doc);
+    assert!(ops.keys().all(|(_, m)| m == "GET"), "the router has GET routes only");
+
+    let mut pg = setup(&["Tick"]).await;
+    sqlx::raw_sql("CREATE TABLE seen (id bigint)").execute(&pg.pool).await.unwrap();
+    let yaml = [
+        consumer("live", "delivery: PerInstance\nsink: {sse: {buffer: 64}}"),
+        consumer("proj", "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen VALUES ($2)'}}"),
+        consumer("paused", "delivery: Shared\nsuspend: true\nsink: {log: {target: stderr}}"),
+    ]
+    .concat();
+    apply(&pg.pool, &yaml).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start_with_env(&pg.url, "oa-0", logs.path(), &[("HIGHWATER_SSE_TOKENS", TOKEN)]);
+    let port = d.http_port;
+    wait_registered(&pg.pool, "live", 1).await;
+    eventually("/readyz 200", Duration::from_secs(30), || async move {
+        matches!(reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await, Ok(r) if r.status() == 200)
+    })
+    .await;
+
+    let mut s = Seen { got: BTreeMap::new(), problems: Vec::new() };
+    let (status, served) = s.get(&ops, port, "/openapi.json", "/openapi.json", false, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(served, DOC, "GET /openapi.json serves docs/openapi.json byte for byte");
+    assert_eq!(s.get(&ops, port, "/healthz", "/healthz", false, &[]).await.0, 200);
+    assert_eq!(s.get(&ops, port, "/readyz", "/readyz", false, &[]).await.0, 200);
+    let (status, metrics) = s.get(&ops, port, "/metrics", "/metrics", false, &[]).await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("highwater_ready"));
+
+    // A write and its token.
+    let mut tx = pg.pool.begin().await.unwrap();
+    let id = append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
+    let token: String = sqlx::query_scalar("SELECT highwater.token()::text").fetch_one(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let applied = "/v1/consumers/{name}/applied";
+    let cases: &[(&str, bool, u16)] = &[
+        (&format!("/v1/consumers/proj/applied?after={token}&timeout=30s"), true, 200),
+        ("/v1/consumers/proj/applied", true, 400),
+        ("/v1/consumers/proj/applied?after=abc", true, 400),
+        ("/v1/consumers/proj/applied?after=5&timeout=forever", true, 400),
+        ("/v1/consumers/proj/applied?after=5&timeout=1h", true, 400),
+        ("/v1/consumers/proj/applied?after=18446744073709551615", true, 400),
+        ("/v1/consumers/proj/applied?after=5&instance=x", true, 400),
+        // NUL cannot reach PostgreSQL: refused, not a 503 (schemathesis found it).
+        ("/v1/consumers/pr%00oj/applied?after=5", true, 400),
+        ("/v1/consumers/proj/applied?after=5&instance=%00", true, 400),
+        ("/v1/consumers/proj/applied?after=5&after=6", true, 400),
+        ("/v1/consumers/proj/applied?after=5", false, 401),
+        ("/v1/consumers/nope/applied?after=5", true, 404),
+        (&format!("/v1/consumers/paused/applied?after={token}&timeout=300ms"), true, 408),
+    ];
+    for (url, auth, want) in cases {
+        let (status, body) = s.get(&ops, port, applied, url, *auth, &[]).await;
+        assert_eq!(status, *want, "GET {url}: {body}");
+    }
+
+    let events = "/v1/consumers/{name}/events";
+    let last = id.to_string();
+    let cases: &[(&str, bool, &[(&str, &str)], u16)] = &[
+        ("/v1/consumers/live/events", true, &[], 200),
+        ("/v1/consumers/live/events?tenant=t", true, &[("Last-Event-ID", &last)], 200),
+        ("/v1/consumers/live/events", true, &[("Last-Event-ID", "12abc")], 400),
+        ("/v1/consumers/live/events", true, &[("Last-Event-ID", "999999")], 400),
+        ("/v1/consumers/live/events", false, &[], 401),
+        ("/v1/consumers/proj/events", true, &[], 404),
+    ];
+    for (url, auth, headers, want) in cases {
+        assert_eq!(s.get(&ops, port, events, url, *auth, headers).await.0, *want, "GET {url} {headers:?}");
+    }
+
+    // Without the database: the 503s.
+    pg.pg.stop();
+    assert_eq!(s.get(&ops, port, "/readyz", "/readyz", false, &[]).await.0, 503);
+    let (status, body) =
+        s.get(&ops, port, applied, &format!("/v1/consumers/proj/applied?after={token}&timeout=1s"), true, &[]).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(s.get(&ops, port, events, "/v1/consumers/live/events", true, &[("Last-Event-ID", &last)]).await.0, 503);
+
+    assert!(s.problems.is_empty(), "answers the document does not describe:\n{}", s.problems.join("\n"));
+    for (op, statuses) in &ops {
+        let got = s.got.get(op).cloned().unwrap_or_default();
+        let want: BTreeSet<u16> = statuses.keys().copied().collect();
+        assert_eq!(got, want, "{op:?}: every documented status code reached, nothing else");
+    }
+    // A path the router does not have: 404 in plain text, not an empty body.
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/v1/nothing")).await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    drop(d);
+}
