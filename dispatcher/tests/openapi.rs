@@ -18,14 +18,18 @@ const DOC: &str = include_str!("../../docs/openapi.json");
 const ROUTER: &str = include_str!("../src/engine/http.rs");
 const TOKEN: &str = "openapi-t0ken";
 
+/// (path, method) -> status -> documented media types.
+type Documented = BTreeMap<(String, String), BTreeMap<u16, Vec<String>>>;
+/// A request to the stream endpoint: URL, with the token, headers, the status expected.
+type StreamCase<'a> = (&'a str, bool, &'a [(&'a str, &'a str)], u16);
+
 /// The paths of the `.route("...", ...)` calls in the router's source, in OpenAPI's spelling
 /// (axum's `{name}` is the same).
 fn router_paths() -> BTreeSet<String> {
     ROUTER.split(".route(\"").skip(1).map(|rest| rest[..rest.find('"').unwrap()].to_owned()).collect()
 }
 
-/// (path, method) -> status -> documented media types.
-fn documented(doc: &Value) -> BTreeMap<(String, String), BTreeMap<u16, Vec<String>>> {
+fn documented(doc: &Value) -> Documented {
     let mut out = BTreeMap::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
@@ -56,7 +60,7 @@ impl Seen {
     /// event streams).
     async fn get(
         &mut self,
-        doc: &BTreeMap<(String, String), BTreeMap<u16, Vec<String>>>,
+        doc: &Documented,
         port: u16,
         doc_path: &str,
         url: &str,
@@ -158,7 +162,7 @@ async fn the_document_is_served_and_true_to_the_server() {
 
     let events = "/v1/consumers/{name}/events";
     let last = id.to_string();
-    let cases: &[(&str, bool, &[(&str, &str)], u16)] = &[
+    let cases: &[StreamCase] = &[
         ("/v1/consumers/live/events", true, &[], 200),
         ("/v1/consumers/live/events?tenant=t", true, &[("Last-Event-ID", &last)], 200),
         ("/v1/consumers/live/events", true, &[("Last-Event-ID", "12abc")], 400),
