@@ -82,7 +82,14 @@ pub(super) async fn read(conn: &mut PgConnection) -> Result<Option<Recorded>> {
 pub async fn check(pool: &PgPool, url: &str) -> Result<()> {
     super::server_version::check(pool).await?;
     let target = describe_target(url);
-    match recorded(pool).await? {
+    schema_usage(pool, &target).await?;
+    let recorded = recorded(pool).await.map_err(|e| match &e {
+        Error::Database(d) if d.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42501") => {
+            no_privilege(&d.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default(), &target)
+        }
+        _ => e,
+    })?;
+    match recorded {
         None => Err(Error::NotMigrated { target }),
         Some(r) => match fit(&r, SCHEMA_VERSION) {
             Fit::Inside => Ok(()),
@@ -90,6 +97,29 @@ pub async fn check(pool: &PgPool, url: &str) -> Result<()> {
             Fit::BinaryTooOld => Err(too_old(&r, &target)),
         },
     }
+}
+
+/// A role without `USAGE` on schema `highwater` sees none of it: without this check it would be
+/// told to migrate (the schema looks missing) or fail at its first statement.
+async fn schema_usage(pool: &PgPool, target: &str) -> Result<()> {
+    let (user, denied): (String, bool) = sqlx::query_as(
+        "SELECT current_user::text, EXISTS (SELECT FROM pg_catalog.pg_namespace
+                                             WHERE nspname = 'highwater' AND NOT has_schema_privilege(oid, 'USAGE'))",
+    )
+    .fetch_one(pool)
+    .await?;
+    if denied {
+        return Err(no_privilege(&format!("role {user:?} has no USAGE on schema highwater"), target));
+    }
+    Ok(())
+}
+
+/// A permission refused at start (SQLSTATE 42501), with the fix.
+fn no_privilege(problem: &str, target: &str) -> Error {
+    Error::refused(format!("{problem} at {target}")).with_fix(
+        "run the grants of `highwater roles --print` for this role (part 2, as the schema's owner; \
+         docs/security.md, \"Database roles\")",
+    )
 }
 
 /// The refusal of a binary older than the schema's window.
