@@ -3,7 +3,10 @@
 #   1. npm ci (from package-lock.json), tsc build of the package and of the tests;
 #   2. a throwaway cluster (initdb in a temporary directory, a free loopback port), `highwater
 #      migrate`, the test event types, tables and consumers (test/fixtures/);
-#   3. node's test runner over build/test/*.test.js (the tests start their own dispatchers);
+#   3. node's test runner over build/test/*.test.js (the tests start their own dispatchers;
+#      codegen.test.js runs highwater-codegen with datamodel-code-generator from a venv made
+#      from codegen/requirements-python.txt, hash-pinned, kept in a cache directory, and with
+#      go-jsonschema through `go run` when go is on PATH);
 #   4. npm pack, the tarball installed into an empty application, imported and used from ESM
 #      and type-checked from TypeScript there; the same ESM script with the package installed
 #      from its directory (as `npm install path/to/clients/typescript` does).
@@ -11,7 +14,8 @@
 # exit whatever happened.
 #
 # Environment: HIGHWATER_BIN (default <repo>/target/debug/highwater), PG_BIN (default
-# /usr/lib/postgresql/15/bin).
+# /usr/lib/postgresql/15/bin), PYTHON (default python3, makes the codegen venv),
+# HW_CODEGEN_VENV (default ${XDG_CACHE_HOME:-~/.cache}/highwater-codegen/venv-<requirements hash>).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -89,6 +93,16 @@ while read -r name; do
     [ -n "$name" ] && "$HIGHWATER_BIN" event-types register "$name"
 done <test/fixtures/event-types/no-schema.txt
 "$HIGHWATER_BIN" consumer apply -f test/fixtures/consumers.yaml
+
+echo "== datamodel-code-generator for highwater-codegen --lang python (hash-pinned venv)"
+reqs="$here/codegen/requirements-python.txt"
+venv="${HW_CODEGEN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/highwater-codegen/venv-$(sha256sum "$reqs" | cut -c1-16)}"
+if [ ! -x "$venv/bin/datamodel-codegen" ]; then
+    rm -rf "$venv"
+    "${PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --only-binary=:all: --require-hashes -r "$reqs"
+fi
+export HW_CODEGEN_PYTHON_GENERATOR="$venv/bin/datamodel-codegen"
 
 echo "== tests"
 export HIGHWATER_BIN HW_TEST_TMP="$tmp"
