@@ -277,3 +277,16 @@ async fn a_role_without_usage_on_the_schema_is_refused_at_start_with_the_fix() {
     assert_ne!(code, 0, "{out}{err}");
     assert!(err.contains("permission denied"), "{err}");
 }
+
+/// docs/security.md shows the output this test runs, as printed today (the version's commit aside).
+#[test]
+fn the_documented_grants_are_the_printed_ones() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md")).unwrap();
+    let (code, printed, err) = cli("", &["roles", "--print", "--database", "app", "--sql-sink-role", "projector"]);
+    assert_eq!(code, 0, "{err}");
+    let first = printed.lines().next().unwrap();
+    let version_end = first.find(") database roles").map(|i| i + 1).unwrap_or(0);
+    let version_start = first[..version_end].rfind(" (").unwrap_or(version_end);
+    let printed = printed.replacen(&first[version_start..version_end], "", 1);
+    assert!(doc.contains(&format!("```sql\n{printed}```")), "docs/security.md differs from:\n{printed}");
+}
