@@ -38,13 +38,13 @@ pub const VERSION: &str = env!("HIGHWATER_VERSION");
 
 pub use applied::{Appended, Token, append_position, token};
 pub use body::Body;
-pub use devtools::{embedded, quickstart};
+pub use devtools::{embedded, pgbouncer, quickstart};
 pub use engine::{dispatch, http, instance, metrics, sink, sse, wait, wait_http};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};
 pub use store::{
     applied, body, db, definitions, doctor, event_types, events, kubernetes, literal, migrate, notify, ops, partitions,
-    position, read_ahead, retention, roles, shards, sleepers,
+    pooler, position, read_ahead, retention, roles, shards, sleepers,
 };
 pub use wait::{Waited, wait_applied, wait_applied_on};

@@ -13,6 +13,7 @@ pub mod migrate;
 pub mod notify;
 pub mod ops;
 pub mod partitions;
+pub mod pooler;
 pub mod position;
 pub mod reach;
 pub mod read_ahead;

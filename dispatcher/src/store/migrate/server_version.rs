@@ -48,6 +48,8 @@ pub fn support(num: u32) -> Support {
 /// Refuses a server older than [`OLDEST_MAJOR`] and a hot standby; warns about a major newer
 /// than the matrix.
 pub async fn check(pool: &PgPool) -> Result<()> {
+    // First: through a transaction pooler the next (prepared) statement would fail obscurely.
+    crate::pooler::check(pool).await?;
     // server_version_num, not version(): a number in every major, with no distributor's suffix.
     let (num, standby): (i32, bool) =
         sqlx::query_as("SELECT current_setting('server_version_num')::int, pg_is_in_recovery()")
