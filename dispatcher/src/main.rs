@@ -13,7 +13,8 @@ async fn main() -> std::process::ExitCode {
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // A transaction pooler met after the start check (its mode changed) is named too.
+            eprintln!("error: {}", highwater::pooler::diagnose(e));
             std::process::ExitCode::FAILURE
         }
     }

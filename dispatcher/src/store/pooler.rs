@@ -75,7 +75,7 @@ async fn probe(a: &mut PgConnection, b: &mut PgConnection) -> Result<bool> {
         return Ok(false);
     }
     let again = tokio::time::timeout(
-        Duration::from_secs(2),
+        Duration::from_secs(10),
         sqlx::raw_sql(
             "SELECT pg_backend_pid()::text AS pid, coalesce(current_setting('highwater.pooler_probe', true), '') AS marker",
         )
@@ -90,7 +90,7 @@ async fn probe(a: &mut PgConnection, b: &mut PgConnection) -> Result<bool> {
             Ok(pid == pid_a && marker == "kept")
         }
         // A waited for a free server connection: a pool of one that B holds. Only a pooler
-        // makes a connection wait for another's transaction.
+        // makes a connection wait for another's transaction (10 s: a slow server is not one).
         Err(_) => Ok(false),
     }
 }
