@@ -95,6 +95,12 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
         assert!(figure("10 scale-out", &subject, "webhook events/s") > 0.0, "{shape}");
         assert!(figure("10 scale-out", &subject, "SQL projection events/s") > 0.0, "{shape}");
     }
+    // Tiny: 600 events over 20 types, one consumer of all and 20 of one each: the same deliveries.
+    for subject in ["1 consumer", "20 consumers"] {
+        assert!(figure("12 consumers", subject, "drain s") > 0.0, "{subject}");
+        assert!(figure("12 consumers", subject, "server CPU µs/delivery") > 0.0, "{subject}");
+        assert!(figure("12 consumers", subject, "dispatcher CPU µs/delivery") > 0.0, "{subject}");
+    }
 }
 
 /// Scenario 11 (not part of `all`: it starts its own Kafka broker and the Debezium JVM) with its

@@ -138,7 +138,7 @@ pub fn cpu(pid: u32) -> Result<Duration> {
     Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64))
 }
 
-fn clock_ticks() -> u64 {
+pub(crate) fn clock_ticks() -> u64 {
     static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")

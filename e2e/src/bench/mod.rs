@@ -9,6 +9,7 @@
 //! [`river`], both built by [`go_peers`]; [`debezium`] in the [`relay`] scenario, with [`outbox`] and [`topics`]).
 pub mod append;
 pub mod bound;
+pub mod consumers;
 pub mod db;
 pub mod debezium;
 pub mod dispatcher;
@@ -24,6 +25,7 @@ pub mod relay;
 pub mod report;
 pub mod river;
 pub mod scaleout;
+pub mod server_cpu;
 pub mod sizes;
 pub mod storage;
 pub mod topics;

@@ -38,6 +38,11 @@ pub struct Sizes {
     /// Scenario 11: the backlog each relay publishes to Kafka (its latency run uses the
     /// latency rate, writers and duration).
     pub relay_events: i64,
+    /// Scenario 12: the backlog spread over `consumers_types` event types, and the numbers of
+    /// consumers that select them.
+    pub consumers_events: i64,
+    pub consumers_types: usize,
+    pub consumers_counts: Vec<usize>,
 }
 
 impl Sizes {
@@ -65,6 +70,9 @@ impl Sizes {
             scaleout_webhook_events: 3_000,
             scaleout_sql_events: 200_000,
             relay_events: 1_000_000,
+            consumers_events: 20_000,
+            consumers_types: 200,
+            consumers_counts: vec![1, 10, 100, 200, 1000],
         }
     }
 
@@ -92,6 +100,9 @@ impl Sizes {
             scaleout_webhook_events: 100,
             scaleout_sql_events: 2_000,
             relay_events: 3_000,
+            consumers_events: 600,
+            consumers_types: 20,
+            consumers_counts: vec![1, 20],
         }
     }
 }

@@ -1,0 +1,125 @@
+//! Scenario 12, the cost of many consumers (issue 38): one backlog spread evenly over many event
+//! types, drained by 1, 10, … consumers that split the types between them (each event delivered
+//! once in all while there are no more consumers than types; beyond, each type goes to several
+//! consumers). Reported per count: the drain's time, deliveries per second, and PostgreSQL's and
+//! the dispatcher's CPU per delivered event, the server's against the one-consumer drain's: how
+//! the database's work grows with the number of consumers.
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::{
+    BenchDb, Report, Sizes,
+    dispatcher::{DispatcherOpts, DispatcherProc},
+    report::{per_s, ratio},
+    server_cpu::server_cpu,
+};
+
+const S: &str = "12 consumers";
+const TIMEOUT: Duration = Duration::from_secs(1800);
+const SINK: &str = "{sql: {statement: 'INSERT INTO public.bench_fanout (event_id) VALUES ($2)'}}";
+
+/// The types consumer `i` of `n` selects among `types`.
+fn selected(i: usize, n: usize, types: usize) -> Vec<String> {
+    if n <= types { (i..types).step_by(n).map(|t| format!("T{t}")).collect() } else { vec![format!("T{}", i % types)] }
+}
+
+struct Drained {
+    took: Duration,
+    delivered: i64,
+    server_us: f64,
+    dispatcher_us: f64,
+}
+
+async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize) -> Result<Drained> {
+    let types = sizes.consumers_types;
+    let db = bench.scenario(&format!("consumers_{n}")).await?;
+    for t in 0..types {
+        highwater::event_types::register(&db.pool, &format!("T{t}"), None, None).await?;
+    }
+    sqlx::query(
+        "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
+         SELECT 'order', 'o-' || (g % 1000), 'T' || (g % $2), jsonb_build_object('n', g)
+           FROM generate_series(1, $1::bigint) g",
+    )
+    .bind(sizes.consumers_events)
+    .bind(types as i64)
+    .execute(&db.pool)
+    .await?;
+    for sql in ["CREATE TABLE bench_fanout (event_id bigint NOT NULL)", "VACUUM ANALYZE highwater.events"] {
+        sqlx::raw_sql(sql).execute(&db.pool).await?;
+    }
+    let last_id: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await?;
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let yaml: String = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n  \
+                 delivery: Shared\n  group: consumers\n  batchSize: {}\n  eventTypes: [{}]\n  sink: {SINK}\n",
+                sizes.batch,
+                selected(i, n, types).join(", ")
+            )
+        })
+        .collect();
+    let d = DispatcherProc::start(&db.url, &format!("consumers-{n}"), &DispatcherOpts::group("consumers")).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu()?);
+    let started = Instant::now();
+    db.apply(&yaml).await?;
+    db.wait_caught_up(&names, last_id, TIMEOUT).await?;
+    let took = started.elapsed();
+    let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu()? - dispatcher);
+    let delivered: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_fanout").fetch_one(&db.pool).await?;
+    drop(d);
+    db.pool.close().await;
+    let per = |t: Duration| t.as_secs_f64() * 1e6 / delivered.max(1) as f64;
+    Ok(Drained { took, delivered, server_us: per(server), dispatcher_us: per(dispatcher) })
+}
+
+pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<()> {
+    let mut one = None;
+    for &n in &sizes.consumers_counts {
+        let r = drain(bench, sizes, n).await?;
+        let subject = format!("{n} consumer{}", if n == 1 { "" } else { "s" });
+        let note = format!(
+            "{} events over {} types, {} deliveries, SQL projection",
+            per_s(sizes.consumers_events as f64),
+            sizes.consumers_types,
+            per_s(r.delivered as f64)
+        );
+        report.add(S, &subject, "drain s", format!("{:.2}", r.took.as_secs_f64()), &note);
+        report.add(S, &subject, "deliveries/s", per_s(r.delivered as f64 / r.took.as_secs_f64()), "");
+        report.add(
+            S,
+            &subject,
+            "server CPU µs/delivery",
+            format!("{:.1}", r.server_us),
+            "every backend of the cluster",
+        );
+        report.add(S, &subject, "dispatcher CPU µs/delivery", format!("{:.1}", r.dispatcher_us), "");
+        let base = *one.get_or_insert(r.server_us);
+        report.add(
+            S,
+            &subject,
+            "server CPU vs 1 consumer",
+            ratio(r.server_us, base),
+            "goal: ≤ 2× at 200, ≤ 3× at 1,000",
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selected;
+
+    #[test]
+    fn consumers_split_the_types_and_share_them_beyond_one_each() {
+        assert_eq!(selected(0, 1, 3), ["T0", "T1", "T2"]);
+        assert_eq!(selected(1, 2, 5), ["T1", "T3"]);
+        assert_eq!(selected(4, 5, 5), ["T4"]);
+        assert_eq!(selected(7, 10, 5), ["T2"]);
+    }
+}
