@@ -1,6 +1,6 @@
 //! `highwater doctor` against real setups: a healthy one (as a superuser: warned), a role without
-//! privileges, an unmigrated database, a long transaction holding the fence, a standby, no
-//! server. Each problem is a finding with its fix; the exit code is the worst (0, 1, 2).
+//! privileges, an unmigrated database, a long transaction holding the fence, a transaction-mode
+//! PgBouncer, a standby, no server. Each problem is a finding with its fix; the exit code is the worst (0, 1, 2).
 mod common;
 
 use std::{process::Command, time::Duration};
@@ -34,7 +34,7 @@ async fn doctor_names_each_problem_with_its_fix() {
     assert_eq!(warnings.len(), 1, "only the superuser warning: {doc:#}");
     assert!(warnings[0]["message"].as_str().unwrap().contains("is a superuser"), "{doc:#}");
     assert_eq!(doc["status"], "warnings");
-    for check in ["connection", "server", "schema", "listen", "wal_level", "fence"] {
+    for check in ["connection", "server", "pooler", "schema", "listen", "wal_level", "fence"] {
         assert_eq!(findings(&doc, check, "ok").len(), 1, "{check} is ok: {doc:#}");
     }
 
@@ -71,6 +71,17 @@ async fn doctor_names_each_problem_with_its_fix() {
     assert!(f[0]["message"].as_str().unwrap().contains("the long one"), "the statement: {doc:#}");
     assert!(f[0]["fix"].as_str().unwrap().contains("pg_terminate_backend"), "{doc:#}");
     tx.rollback().await.unwrap();
+
+    // Behind a transaction-mode pooler: the pooler finding names it and the fix.
+    let bouncer =
+        highwater::pgbouncer::PgBouncer::start(db.pg.port(), highwater::pgbouncer::PoolMode::Transaction, 2).unwrap();
+    let (code, doc) = doctor(&bouncer.url_for("postgres"), &[]);
+    assert_eq!(code, Some(2), "{doc:#}");
+    let p = findings(&doc, "pooler", "error");
+    assert_eq!(p.len(), 1, "{doc:#}");
+    assert!(p[0]["message"].as_str().unwrap().contains("transaction-mode connection pooler"), "{doc:#}");
+    assert!(p[0]["fix"].as_str().unwrap().contains("session-mode pool"), "{doc:#}");
+    drop(bouncer);
 
     // A standby and no server at all.
     let standby = db.pg.start_standby().await.unwrap();

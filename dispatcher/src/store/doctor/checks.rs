@@ -183,3 +183,12 @@ pub async fn wal_level(pool: &PgPool) -> Finding {
         sqlx::query_scalar("SELECT current_setting('wal_level')").fetch_one(pool).await.unwrap_or_default();
     Finding::ok("wal_level", format!("wal_level = {level} (no highwater sink needs logical decoding)"))
 }
+
+/// Whether session state survives between transactions: not behind a transaction-mode pooler,
+/// where the Shared claim (a session advisory lock) and LISTEN would not hold.
+pub async fn pooler(pool: &PgPool) -> Finding {
+    match crate::store::pooler::check(pool).await {
+        Ok(()) => Finding::ok("pooler", "session state survives between transactions (direct, or a session-mode pool)"),
+        Err(e) => Finding::from_error("pooler", Level::Error, &e),
+    }
+}

@@ -19,7 +19,7 @@ pub enum Level {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
-    /// Which check: `connection`, `server`, `schema`, `privileges`, `listen`, `wal_level`, `fence`.
+    /// Which check: `connection`, `server`, `pooler`, `schema`, `privileges`, `listen`, `wal_level`, `fence`.
     pub check: &'static str,
     pub level: Level,
     pub message: String,
@@ -74,6 +74,7 @@ pub async fn run(url: &str, role: Role, long_transaction: std::time::Duration) -
     };
     let mut out = vec![Finding::ok("connection", format!("connected to {}", crate::db::describe_target(url)))];
     out.extend(checks::server(&pool).await);
+    out.push(checks::pooler(&pool).await);
     out.push(checks::schema(&pool, url).await);
     out.extend(checks::privileges(&pool, role).await);
     out.push(checks::listen(&pool).await);
