@@ -9,7 +9,7 @@ use highwater_crds::EventConsumer;
 use kube::{Api, Client, api::ListParams};
 use tokio_util::sync::CancellationToken;
 
-use crate::{context, controller, http, leader, metrics::Metrics, pods};
+use crate::{context, controller, doctor, http, leader, metrics::Metrics, pods};
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater-operator", version = highwater::VERSION, about = "Kubernetes operator for highwater EventConsumers")]
@@ -65,6 +65,12 @@ pub struct RunArgs {
     pub concurrency: u16,
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// How often `highwater doctor`'s checks run for the `DatabaseHealthy` condition (0s: never).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub doctor_interval: Duration,
+    /// A transaction holding the fence back longer than this makes `DatabaseHealthy` False.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub doctor_long_transaction: Duration,
     /// Log format on stderr: `text` (coloured only on a terminal) or `json` (one object per line).
     #[arg(long, env = "HIGHWATER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: highwater::logging::LogFormat,
@@ -127,13 +133,20 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
         let (client, pool, metrics, config, ns) =
             (client.clone(), pool.clone(), metrics.clone(), config.clone(), a.namespace.clone());
         let concurrency = a.concurrency;
+        let (url, doctor_interval, long_tx) = (url.clone(), a.doctor_interval, a.doctor_long_transaction);
         async move {
+            let health = Arc::new(doctor::Health::default());
+            let doctor_task = (!doctor_interval.is_zero())
+                .then(|| tokio::spawn(doctor::run(url, health.clone(), doctor_interval, long_tx, stop.clone())));
             let changed = Arc::new(pods::PodChanges::default());
             let pods = pods::reflect(client.clone(), ns.as_deref(), &config.group_label, changed.clone(), stop.clone());
-            let ctx = Arc::new(context::Context::new(client, pool, metrics, config, pods));
+            let ctx = Arc::new(context::Context::new(client, pool, metrics, config, pods, health));
             let pod_task = tokio::spawn(pods::run(ctx.clone(), changed, stop.clone()));
             controller::run(ctx, ns.as_deref(), concurrency, stop).await;
             let _ = pod_task.await;
+            if let Some(t) = doctor_task {
+                let _ = t.await;
+            }
         }
     };
     if a.leader_election {

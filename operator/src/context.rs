@@ -55,6 +55,8 @@ pub struct Context {
     pub pods: Store<PartialObjectMeta<Pod>>,
     /// Publishes every Kubernetes Event of this replica (one recorder, so they aggregate).
     pub recorder: Recorder,
+    /// The latest `highwater doctor` findings (the `DatabaseHealthy` condition).
+    pub health: Arc<crate::doctor::Health>,
 }
 
 impl Context {
@@ -64,9 +66,10 @@ impl Context {
         metrics: Arc<Metrics>,
         config: Config,
         pods: Store<PartialObjectMeta<Pod>>,
+        health: Arc<crate::doctor::Health>,
     ) -> Self {
         let reporter = Reporter { controller: REPORTER.into(), instance: Some(config.identity.clone()) };
         let recorder = Recorder::new(client.clone(), reporter);
-        Context { client, pool, metrics, config, pods, recorder }
+        Context { client, pool, metrics, config, pods, recorder, health }
     }
 }

@@ -79,6 +79,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         ops::status(&ctx.pool, Some(&name)).await?
     };
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let health = ctx.health.latest();
     let inputs = status::Inputs {
         consumer_name: &name,
         generation: ec.metadata.generation,
@@ -86,6 +87,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         problem: problem.clone(),
         previous: prev,
         now: &now,
+        database: health.as_ref(),
     };
     let mut next = status::compute(&rows, &inputs);
     if let Some(h) = handled {

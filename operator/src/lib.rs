@@ -7,6 +7,7 @@ mod annotations;
 pub mod cli;
 pub mod context;
 pub mod controller;
+pub mod doctor;
 mod error;
 mod events;
 mod http;

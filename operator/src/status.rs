@@ -7,6 +7,8 @@ pub mod condition_type {
     pub const READY: &str = "Ready";
     pub const DEGRADED: &str = "Degraded";
     pub const SUSPENDED: &str = "Suspended";
+    /// `highwater doctor`'s verdict on the database, run by the operator (docs/operations.md).
+    pub const DATABASE_HEALTHY: &str = "DatabaseHealthy";
 }
 
 /// Condition reasons (besides a [`Problem`](highwater_crds::Problem)'s, which is the `Ready`
@@ -17,6 +19,10 @@ pub mod reason {
     pub const NO_SHARDS: &str = "NoShards";
     pub const DELIVERING: &str = "Delivering";
     pub const SPEC_SUSPEND: &str = "SpecSuspend";
+    pub const DOCTOR_OK: &str = "DoctorOk";
+    pub const DOCTOR_WARNINGS: &str = "DoctorWarnings";
+    pub const DOCTOR_ERRORS: &str = "DoctorErrors";
+    pub const DOCTOR_NOT_RUN: &str = "DoctorNotRun";
 }
 
 /// What the operator knows beyond the shard rows.
@@ -28,6 +34,8 @@ pub struct Inputs<'a> {
     pub problem: Option<(Problem, String)>,
     pub previous: Option<&'a EventConsumerStatus>,
     pub now: &'a str,
+    /// The operator's latest doctor run; `None` before the first (or with `--doctor-interval 0s`).
+    pub database: Option<&'a crate::doctor::Summary>,
 }
 
 pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
@@ -96,6 +104,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
             reason::SPEC_SUSPEND,
             if i.suspended { "spec.suspend is true" } else { "" },
         ),
+        database_condition(i),
     ];
     EventConsumerStatus {
         partitions: partitions(&shards, rows),
@@ -131,9 +140,33 @@ fn partitions(shards: &[ShardState], rows: &[ShardStatus]) -> Option<String> {
     })
 }
 
+/// `True` when doctor found nothing, `False` with its findings and fixes, `Unknown` before it ran.
+/// Warnings count: a transaction pinning the fence stalls every consumer's delivery.
+fn database_condition(i: &Inputs<'_>) -> Condition {
+    use highwater::doctor::Level;
+    let Some(s) = i.database else {
+        return condition_with(
+            i,
+            condition_type::DATABASE_HEALTHY,
+            "Unknown",
+            reason::DOCTOR_NOT_RUN,
+            "the operator has not run highwater doctor yet",
+        );
+    };
+    let (status, why) = match s.level {
+        Level::Ok => ("True", reason::DOCTOR_OK),
+        Level::Warning => ("False", reason::DOCTOR_WARNINGS),
+        Level::Error => ("False", reason::DOCTOR_ERRORS),
+    };
+    condition_with(i, condition_type::DATABASE_HEALTHY, status, why, &s.message())
+}
+
 /// Keeps `lastTransitionTime` while the condition's status is unchanged.
 fn condition(i: &Inputs<'_>, type_: &str, on: bool, reason: &str, message: &str) -> Condition {
-    let status = if on { "True" } else { "False" };
+    condition_with(i, type_, if on { "True" } else { "False" }, reason, message)
+}
+
+fn condition_with(i: &Inputs<'_>, type_: &str, status: &str, reason: &str, message: &str) -> Condition {
     let since = i
         .previous
         .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_ && c.status == status))
@@ -191,7 +224,15 @@ mod tests {
     }
 
     fn inputs<'a>(previous: Option<&'a EventConsumerStatus>, now: &'a str) -> Inputs<'a> {
-        Inputs { consumer_name: "c", generation: Some(2), suspended: false, problem: None, previous, now }
+        Inputs {
+            consumer_name: "c",
+            generation: Some(2),
+            suspended: false,
+            problem: None,
+            previous,
+            now,
+            database: None,
+        }
     }
 
     #[test]
@@ -260,5 +301,36 @@ mod tests {
         assert_eq!(s.state, Some(ConsumerState::Suspended));
         assert_eq!(s.conditions[2].status, "True");
         assert_eq!(compute(&[], &inputs(None, "t")).state, Some(ConsumerState::Pending));
+    }
+
+    #[test]
+    fn database_healthy_follows_the_doctor_and_keeps_its_transition_time() {
+        use highwater::doctor::Finding;
+        let healthy = |s: &EventConsumerStatus| {
+            let c = s.conditions.iter().find(|c| c.type_ == condition_type::DATABASE_HEALTHY).unwrap();
+            (c.status.clone(), c.reason.clone(), c.message.clone(), c.last_transition_time.clone())
+        };
+        let before = compute(&[row("a", "idle", 0)], &inputs(None, "t0"));
+        assert_eq!(healthy(&before).0, "Unknown", "not run yet is not healthy");
+
+        let ok = crate::doctor::Summary::of(vec![Finding::ok("server", "PostgreSQL 15")]);
+        let mut i = inputs(Some(&before), "t1");
+        i.database = Some(&ok);
+        let first = compute(&[row("a", "idle", 0)], &i);
+        assert_eq!(healthy(&first).0, "True");
+        assert_eq!(healthy(&first).1, reason::DOCTOR_OK);
+
+        let pinned = crate::doctor::Summary::of(vec![Finding::warning("fence", "pid 7 holds it", "end it")]);
+        let mut i = inputs(Some(&first), "t2");
+        i.database = Some(&pinned);
+        let second = compute(&[row("a", "idle", 0)], &i);
+        let (status, why, message, since) = healthy(&second);
+        assert_eq!((status.as_str(), why.as_str(), since.as_str()), ("False", reason::DOCTOR_WARNINGS, "t2"));
+        assert_eq!(message, "fence: pid 7 holds it (fix: end it)");
+        assert_eq!(second.state, Some(ConsumerState::Ready), "the database's health does not change the state");
+
+        let mut i = inputs(Some(&second), "t3");
+        i.database = Some(&pinned);
+        assert_eq!(healthy(&compute(&[row("a", "idle", 0)], &i)).3, "t2", "unchanged keeps its time");
     }
 }

@@ -107,6 +107,12 @@ impl Roles {
         let _ = writeln!(b, "\n-- Applications: append, position tokens, read-your-writes waits.");
         create_role(&mut b, &self.application, login);
         let _ = writeln!(b, "GRANT CONNECT ON DATABASE {db} TO {dispatcher}, {operator}, {app};");
+        let _ = writeln!(
+            b,
+            "-- Other roles' sessions in pg_stat_activity (read-only statistics): the fence-age metric and\n\
+             -- `highwater doctor` (run by the operator too) name the transaction holding delivery back.\n\
+             GRANT pg_read_all_stats TO {dispatcher}, {operator};"
+        );
         for sink in &self.sql_sink_roles {
             let s = ident(sink);
             let _ = writeln!(

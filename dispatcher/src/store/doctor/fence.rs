@@ -7,7 +7,8 @@ use sqlx::PgPool;
 use super::Finding;
 
 /// The oldest transaction holding an id: pid, application, state, xid age, seconds, statement.
-type Holder = (i32, String, String, i32, f64, String);
+/// The start time is NULL for another role's session unless this role has `pg_read_all_stats`.
+type Holder = (i32, String, String, i32, Option<f64>, String);
 
 /// A transaction older than `long` holding the fence is a warning.
 pub async fn check(pool: &PgPool, long: Duration) -> Vec<Finding> {
@@ -32,7 +33,15 @@ pub async fn check(pool: &PgPool, long: Duration) -> Vec<Finding> {
             out.push(Finding::warning("fence", format!("cannot read pg_stat_activity: {e}"), "grant pg_read_all_stats"))
         }
         Ok(None) => out.push(Finding::ok("fence", "no running transaction holds the fence back")),
-        Ok(Some((pid, app, state, xid_age, secs, query))) => {
+        Ok(Some((pid, _, _, xid_age, None, _))) => out.push(Finding::warning(
+            "fence",
+            format!(
+                "the fence is held by pid {pid} (xid age {xid_age}), another role's session: this role cannot see \
+                 how long it has been open, nor what it runs"
+            ),
+            "GRANT pg_read_all_stats TO this role (`highwater roles --print` does; the fence-age metric needs it too)",
+        )),
+        Ok(Some((pid, app, state, xid_age, Some(secs), query))) => {
             let hidden = query.contains("insufficient privilege");
             let what = format!(
                 "the fence is held by pid {pid} ({app}, {state}, in a transaction for {secs:.1} s, xid age {xid_age}){}",
