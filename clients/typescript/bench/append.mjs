@@ -6,6 +6,8 @@
 //
 //   node bench/append.mjs [--connections 1,4] [--slice 2] [--rounds 3]   (DATABASE_URL set)
 import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { cpuSince, cpuSnapshot } from './cpu.mjs';
 import { DRIVERS, VARIANTS } from './drivers.mjs';
 import { rate, summary, table, us } from './stats.mjs';
 
@@ -20,6 +22,8 @@ const url = process.env.DATABASE_URL;
 if (!url) throw new Error('DATABASE_URL is not set');
 const sliceMs = Number(opts.slice) * 1000;
 const rounds = Number(opts.rounds);
+const monitor = new pg.Client({ connectionString: url });
+await monitor.connect();
 
 /** Runs `op` in `connections` loops for `ms`; returns the transactions done and their latencies. */
 async function slice(op, connections, ms) {
@@ -46,12 +50,16 @@ for (const connections of opts.connections.split(',').map(Number)) {
   const pairs = Object.keys(drivers).flatMap((d) => VARIANTS.map((v) => [d, v]));
   // Warm-up: connections opened, statements planned, JIT-compiled paths, before any slice counts.
   for (const [d, v] of pairs) await slice(drivers[d][v], connections, 300);
-  const acc = new Map(pairs.map(([d, v]) => [`${d}/${v}`, { done: 0, seconds: 0, latencies: [] }]));
+  const acc = new Map(pairs.map(([d, v]) => [`${d}/${v}`, { done: 0, seconds: 0, latencies: [], client: 0, server: 0 }]));
   for (let r = 0; r < rounds; r++) {
     const shift = (r * 5) % pairs.length;
     for (const [d, v] of [...pairs.slice(shift), ...pairs.slice(0, shift)]) {
+      const before = await cpuSnapshot(monitor);
       const s = await slice(drivers[d][v], connections, sliceMs);
+      const cpu = await cpuSince(monitor, before);
       const a = acc.get(`${d}/${v}`);
+      a.client += cpu.client;
+      a.server += cpu.server;
       a.done += s.done;
       a.seconds += s.seconds;
       for (const l of s.latencies) a.latencies.push(l);
@@ -63,40 +71,67 @@ for (const connections of opts.connections.split(',').map(Number)) {
     const row = { connections, driver: name };
     for (const v of VARIANTS) {
       const a = acc.get(`${name}/${v}`);
-      row[v] = { perSecond: a.done / a.seconds, latency: summary(a.latencies) };
+      row[v] = {
+        perSecond: a.done / a.seconds,
+        latency: summary(a.latencies),
+        // CPU per transaction, in milliseconds
+        client: a.client / a.done,
+        server: a.server / a.done,
+      };
     }
     results.push(row);
   }
 }
 
-const x = (a, b) => `${(b.perSecond / a.perSecond).toFixed(2)}×`;
+await monitor.end();
+
+// Time per event of `other` relative to the adapter's: above 1× the adapter is slower.
+const x = (adapter, other) => `${(other.perSecond / adapter.perSecond).toFixed(2)}×`;
 console.log(
   table([
     [
       'driver',
       'connections',
       'adapter tx/s',
+      'adapter in a request tx/s',
       'direct SELECT tx/s',
       'outbox INSERT tx/s',
       'adapter vs direct (goal ≤ 1.1×)',
+      'in a request vs direct',
       'adapter vs outbox (goal ≤ 1.6×)',
-      'adapter p50 / p99',
-      'direct p50 / p99',
-      'outbox p50 / p99',
+      'in a request vs outbox',
     ],
     ...results.map((r) => [
       r.driver,
       r.connections,
       rate(r.adapter.perSecond),
+      rate(r.adapterInRequest.perSecond),
       rate(r.direct.perSecond),
       rate(r.outbox.perSecond),
       x(r.adapter, r.direct),
+      x(r.adapterInRequest, r.direct),
       x(r.adapter, r.outbox),
-      ...VARIANTS.map((v) => `${us(r[v].latency.p50)} / ${us(r[v].latency.p99)}`),
+      x(r.adapterInRequest, r.outbox),
     ]),
   ]),
 );
 console.log(
-  `\n${rounds} rounds × ${opts.slice} s slices per (driver, statement), taking turns; ` +
-    `time per event ratio = the other's tx/s over the adapter's (above 1×: the adapter is slower).`,
+  `\n${rounds} rounds × ${opts.slice} s slices per (driver, statement), taking turns; one event per transaction.\n` +
+    `\nWhere a transaction's time goes (µs per transaction: wall p50 / p99, then CPU of this process and of the server's backends):\n`,
+);
+const names = { adapter: 'adapter', adapterInRequest: 'in a request', direct: 'direct SELECT', outbox: 'outbox INSERT' };
+console.log(
+  table([
+    ['driver', 'connections', 'statement', 'wall p50 / p99', 'client CPU', 'server CPU'],
+    ...results.flatMap((r) =>
+      VARIANTS.map((v) => [
+        r.driver,
+        r.connections,
+        names[v],
+        `${us(r[v].latency.p50)} / ${us(r[v].latency.p99)}`,
+        us(r[v].client),
+        us(r[v].server),
+      ]),
+    ),
+  ]),
 );

@@ -1,9 +1,11 @@
 // The five drivers the client supports, each writing one event per transaction three ways, with
 // the driver's own idioms for everything but the statement being measured:
-//   adapter: `append(tx, event)` of @highwater/client;
+//   adapter: `append(tx, event)` of @highwater/client (outside a request: it reads no token);
 //   direct:  `SELECT highwater.append(...)` written by hand with the driver's raw-SQL API;
 //   outbox:  a plain INSERT into a seed-style outbox table (id uuid, aggregatetype, aggregateid,
 //            type, payload jsonb), as the driver or ORM would write it.
+//   adapter in a request: the same `append` inside the highwaterTokens middleware's request
+//            context, where it also reads the transaction's token for the response header.
 // Every variant pays the same transaction (BEGIN / COMMIT through the driver), so the ratios
 // compare the statements and what the client adds around them.
 import { randomUUID } from 'node:crypto';
@@ -14,7 +16,7 @@ import Knex from 'knex';
 import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
 import pg from 'pg';
 import { DataSource, EntitySchema } from 'typeorm';
-import { append } from '../dist/index.js';
+import { append, highwaterTokens } from '../dist/index.js';
 
 export const PAYLOAD = { order_id: 1, amount: 42, currency: 'EUR' };
 const event = (i) => ({ streamType: 'order', streamId: `o-${i % 64}`, type: 'OrderPlaced', payload: PAYLOAD });
@@ -25,6 +27,26 @@ const outboxRow = (i) => ({
   type: 'OrderPlaced',
   payload: PAYLOAD,
 });
+// A request as the middleware sees it: only what highwaterTokens touches.
+const tokens = highwaterTokens();
+function inRequest(fn) {
+  const headers = new Map();
+  const res = {
+    headersSent: false,
+    statusCode: 200,
+    locals: {},
+    getHeader: (n) => headers.get(n.toLowerCase()),
+    setHeader: (n, v) => headers.set(n.toLowerCase(), v),
+    end() {},
+  };
+  return new Promise((resolve, reject) => tokens({ headers: {} }, res, () => fn().then(resolve, reject)));
+}
+
+/** Adds the "adapter in a request" variant to a driver's three. */
+function withRequestVariant(d) {
+  return { ...d, adapterInRequest: (i) => inRequest(() => d.adapter(i)) };
+}
+
 const DIRECT_PG = 'SELECT highwater.append($1, $2, $3, $4::jsonb)';
 const OUTBOX_PG = 'INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload) VALUES ($1, $2, $3, $4, $5)';
 
@@ -134,5 +156,12 @@ async function typeormDriver(url, connections) {
   };
 }
 
-export const DRIVERS = { pg: pgDriver, drizzle: drizzleDriver, kysely: kyselyDriver, knex: knexDriver, typeorm: typeormDriver };
-export const VARIANTS = ['adapter', 'direct', 'outbox'];
+const wrap = (make) => async (url, connections) => withRequestVariant(await make(url, connections));
+export const DRIVERS = {
+  pg: wrap(pgDriver),
+  drizzle: wrap(drizzleDriver),
+  kysely: wrap(kyselyDriver),
+  knex: wrap(knexDriver),
+  typeorm: wrap(typeormDriver),
+};
+export const VARIANTS = ['adapter', 'adapterInRequest', 'direct', 'outbox'];

@@ -57,8 +57,12 @@ function args(e: NewEvent): unknown[] {
 // JSON goes as text cast to jsonb: node-postgres would turn a JS array into a PostgreSQL array.
 const ARGS = '$1::text, $2::text, $3::text, $4::text::jsonb, $5::text::jsonb, $6::text, $7::text::bigint';
 
-// The token is read after the append (OFFSET 0 keeps the subquery, so its row comes first).
-const APPEND =
+const APPEND = `SELECT highwater.append(${ARGS})::text AS id ${MARKER}`;
+// Inside a request with the highwaterTokens middleware, the token is read after the append, in
+// the same statement (OFFSET 0 keeps the subquery, so its row comes first). Only then:
+// highwater.token() is a SQL function with a SET clause, planned afresh in every statement, and
+// costs about a fifth of an append's round trip (clients/typescript/bench, docs/benchmarks.md).
+const APPEND_TOKEN =
   `SELECT a.id::text AS id, highwater.token()::text AS token ` +
   `FROM (SELECT highwater.append(${ARGS}) AS id OFFSET 0) a ${MARKER}`;
 const APPEND_POSITION =
@@ -71,14 +75,15 @@ const TOKEN = `SELECT highwater.token()::text AS token ${MARKER}`;
  * `VersionConflict` for the server's refusals; any other error as the driver threw it. */
 export async function append(tx: Executor, event: NewEvent): Promise<string> {
   const run = runner(tx);
+  const sink = tokenSink.getStore();
   let rows;
   try {
-    rows = await run.run(APPEND, args(event));
+    rows = await run.run(sink ? APPEND_TOKEN : APPEND, args(event));
   } catch (e) {
     throw mapError(e, event);
   }
   const row = rows[0]!;
-  report(row.token);
+  if (sink) sink(String(row.token));
   return String(row.id);
 }
 
