@@ -4,7 +4,7 @@
 // each round in a shifted order, so a machine whose speed drifts (it is shared) moves them alike:
 // the ratios, taken within one driver, are the figures that count.
 //
-//   node bench/append.mjs [--connections 1,4] [--slice 2] [--rounds 3]   (DATABASE_URL set)
+//   node bench/append.mjs [--connections 1,4] [--slice 1.5] [--rounds 5]   (DATABASE_URL set)
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { cpuSince, cpuSnapshot } from './cpu.mjs';
@@ -14,8 +14,8 @@ import { rate, summary, table, us } from './stats.mjs';
 const { values: opts } = parseArgs({
   options: {
     connections: { type: 'string', default: '1,4' },
-    slice: { type: 'string', default: '2' },
-    rounds: { type: 'string', default: '3' },
+    slice: { type: 'string', default: '1.5' },
+    rounds: { type: 'string', default: '5' },
   },
 });
 const url = process.env.DATABASE_URL;

@@ -9,8 +9,8 @@
 # PostgreSQL settings as the Rust benchmark's: fsync, synchronous_commit and full_page_writes off.
 #
 # Environment: HIGHWATER_BIN (default <repo>/target/debug/highwater), PG_BIN (default
-# /usr/lib/postgresql/15/bin); APPEND_ARGS (default "--connections 1,4 --slice 2 --rounds 3"),
-# WAIT_ARGS (default "--rate 1000 --seconds 20 --mode sql,http").
+# /usr/lib/postgresql/15/bin); APPEND_ARGS (default "--connections 1,4 --slice 1.5 --rounds 5"),
+# WAIT_ARGS (default "--rate 1000 --seconds 20 --mode none,sql,http").
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -67,7 +67,7 @@ if [ ${#as_pg[@]} -gt 0 ]; then chown -R "$pg_user" "$tmp/pg"; fi
 port="$(free_port)"
 "${as_pg[@]}" "$PG_BIN/initdb" -U postgres -A trust -E UTF8 --locale=C --no-sync --no-instructions -D "$pgdata" >/dev/null
 "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$pgdata" -l "$tmp/pg/postgres.log" -w -t 60 \
-    -o "-p $port -k $tmp/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=512MB -c max_connections=200" \
+    -o "-p $port -k $tmp/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=512MB -c max_connections=200 -c track_commit_timestamp=on" \
     start >/dev/null
 export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
 "$HIGHWATER_BIN" migrate >&2
@@ -77,10 +77,14 @@ export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
 "$HIGHWATER_BIN" event-types register OrderPaid >&2
 "$HIGHWATER_BIN" consumer apply -f "$here/consumers.yaml" >&2
 
+# The machine's load beside the figures: on a shared machine it explains the wall times.
+load() { echo "load average $(cut -d' ' -f1-3 /proc/loadavg) ($1)"; }
 echo "## append: adapter vs direct SELECT highwater.append vs outbox INSERT"
+load "before"
 # shellcheck disable=SC2086
-node "$here/append.mjs" ${APPEND_ARGS:---connections 1,4 --slice 2 --rounds 3}
+node "$here/append.mjs" ${APPEND_ARGS:---connections 1,4 --slice 1.5 --rounds 5}
 
+load "after the append part"
 echo "== highwater dispatch" >&2
 export AUTH_TOKEN="bench-$(node -p 'crypto.randomUUID()')"
 dport="$(free_port)"
@@ -97,6 +101,7 @@ done
 echo
 echo "## wait: the helpers' added latency"
 # shellcheck disable=SC2086
-node "$here/wait.mjs" ${WAIT_ARGS:---rate 1000 --seconds 20 --mode sql,http}
+node "$here/wait.mjs" ${WAIT_ARGS:---rate 1000 --seconds 20 --mode none,sql,http}
+load "after the wait part"
 echo
 echo "highwater: $("$HIGHWATER_BIN" --version 2>/dev/null || echo "$HIGHWATER_BIN"); node $(node --version); $(nproc) CPUs; $((SECONDS - start)) s in all"
