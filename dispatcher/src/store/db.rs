@@ -1,7 +1,7 @@
 //! Connecting, migrating and checking the schema.
 use std::{str::FromStr, time::Duration};
 
-use backon::{ExponentialBuilder, Retryable};
+use backon::{BackoffBuilder, ExponentialBuilder};
 use sqlx::{
     ConnectOptions, Connection, PgConnection, PgPool,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -71,34 +71,38 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool> {
         .connect_lazy_with(options(url)?))
 }
 
-/// Retries a first connection (5 s each) with exponential backoff until `give_up_after`.
+/// Retries a first connection (5 s each) with exponential backoff until `give_up_after` has
+/// passed. The last sleep is cut to the deadline, so the wait is the whole timeout the user set:
+/// a total-delay budget alone stops as soon as the next jittered delay would pass it, which gave
+/// up after half of a short `--connect-timeout`.
 pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -> Result<()> {
     // One direct connection per try: a refused connection fails at once, where the pool would
     // keep retrying inside its acquire timeout.
     let opts = pool.connect_options();
-    let probe = || async {
-        let attempt = tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&opts)).await;
-        match attempt {
+    let deadline = tokio::time::Instant::now() + give_up_after;
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .with_jitter()
+        .build();
+    loop {
+        let error = match tokio::time::timeout(Duration::from_secs(5), PgConnection::connect_with(&opts)).await {
             Ok(Ok(conn)) => {
                 let _ = conn.close().await;
-                Ok(())
+                return Ok(());
             }
-            Ok(Err(source)) => Err(super::reach::explain(url, source)),
-            Err(_) => Err(Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut }),
+            Ok(Err(source)) => super::reach::explain(url, source),
+            Err(_) => Error::Unreachable { target: describe_target(url), source: sqlx::Error::PoolTimedOut },
+        };
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !super::reach::retriable(&error) || remaining.is_zero() {
+            return Err(error);
         }
-    };
-    probe
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(5))
-                .with_total_delay(Some(give_up_after))
-                .without_max_times()
-                .with_jitter(),
-        )
-        .when(super::reach::retriable)
-        .notify(|e, wait| tracing::warn!(error = %e, retry_in = ?wait, "database not reachable yet"))
-        .await
+        let wait = delays.next().unwrap_or(Duration::from_secs(5)).min(remaining);
+        tracing::warn!(error = %error, retry_in = ?wait, "database not reachable yet");
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// Applies every migration not yet applied and the current definitions, waiting behind running
