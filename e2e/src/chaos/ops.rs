@@ -16,6 +16,7 @@ use highwater::{
     ops::{self, GcOptions, RewindTo},
     retention::{Criteria, prune_batch},
 };
+use highwater_crds::SHARED_INSTANCE;
 use sqlx::PgPool;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -271,9 +272,10 @@ pub async fn head(pool: &PgPool) -> highwater::Result<Position> {
 
 async fn cursor(pool: &PgPool, consumer: &str) -> highwater::Result<Position> {
     let row: (Xid8, i64) = sqlx::query_as(
-        "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
+        "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
     )
     .bind(consumer)
+    .bind(SHARED_INSTANCE)
     .fetch_one(pool)
     .await?;
     Ok(row.into())
@@ -322,7 +324,7 @@ async fn rewind_loop(pool: PgPool, watch: CursorWatch, clocks: Clocks, log: Arc<
             let mut conn = pool.acquire().await?;
             sqlx::query("SET lock_timeout = '5s'").execute(&mut *conn).await?;
             sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
-                .bind(format!("highwater\u{1f}{RW_CONSUMER}\u{1f}__shared__"))
+                .bind(format!("highwater\u{1f}{RW_CONSUMER}\u{1f}{SHARED_INSTANCE}"))
                 .execute(&mut *conn)
                 .await?;
             let seq_mark: i64 =
@@ -393,7 +395,7 @@ async fn ambiguous(pool: &PgPool, watch: &CursorWatch, log: &OpsLog) {
     eprintln!("chaos: a rewind's outcome is unknown (database restarting); no more rewinds in this run");
     for _ in 0..300 {
         if let Ok(c) = cursor(pool, RW_CONSUMER).await {
-            watch.rewound(RW_CONSUMER, "__shared__", c);
+            watch.rewound(RW_CONSUMER, SHARED_INSTANCE, c);
             let now: DateTime<Utc> =
                 sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(pool).await.unwrap_or_default();
             log.rewinds.lock().expect("ops lock").push(RewindRecord {
@@ -430,9 +432,10 @@ async fn poison_loop(pool: PgPool, every: Duration, log: Arc<OpsLog>, stop: Canc
 /// it fails on none: refused).
 pub async fn skip_once(pool: &PgPool, log: &OpsLog) {
     let failing: highwater::Result<Option<i64>> = sqlx::query_scalar(
-        "SELECT failing_event_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
+        "SELECT failing_event_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
     )
     .bind(POISON_CONSUMER)
+    .bind(SHARED_INSTANCE)
     .fetch_one(pool)
     .await
     .map_err(Into::into);
@@ -481,13 +484,13 @@ async fn toggle_loop(pool: PgPool, every: Duration, log: Arc<OpsLog>, stop: Canc
 
 /// Enables [`TOGGLE_CONSUMER`] if it is disabled (for the drain).
 pub async fn enable_toggle(pool: &PgPool, log: &OpsLog) {
-    let status: highwater::Result<String> = sqlx::query_scalar(
-        "SELECT status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
-    )
-    .bind(TOGGLE_CONSUMER)
-    .fetch_one(pool)
-    .await
-    .map_err(Into::into);
+    let status: highwater::Result<String> =
+        sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2")
+            .bind(TOGGLE_CONSUMER)
+            .bind(SHARED_INSTANCE)
+            .fetch_one(pool)
+            .await
+            .map_err(Into::into);
     if matches!(status.as_deref(), Ok("disabled")) {
         let r = ops::enable(pool, TOGGLE_CONSUMER, None).await;
         log.outcome(ENABLE, &r, |ts| ts.len() as u64);
@@ -532,12 +535,11 @@ async fn set_broken(pool: &PgPool, broken: bool) -> highwater::Result<()> {
 }
 
 async fn status(pool: &PgPool, consumer: &str) -> highwater::Result<String> {
-    Ok(sqlx::query_scalar(
-        "SELECT status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = '__shared__'",
-    )
-    .bind(consumer)
-    .fetch_one(pool)
-    .await?)
+    Ok(sqlx::query_scalar("SELECT status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2")
+        .bind(consumer)
+        .bind(SHARED_INSTANCE)
+        .fetch_one(pool)
+        .await?)
 }
 
 /// Breaks [`DEAD_CONSUMER`]'s sink until its shard is dead (halt after maxAttempts), leaves it
