@@ -1,6 +1,6 @@
 // Runs one parameterised statement on whatever the application holds: a node-postgres client, or
-// the transaction object of Drizzle, Kysely, Knex or TypeORM. No statement of its own is added
-// (no BEGIN, no savepoint): the statement runs inside the caller's transaction, as written.
+// the transaction object of Drizzle, Kysely, Knex, TypeORM or Prisma. No statement of its own is
+// added (no BEGIN, no savepoint): the statement runs inside the caller's transaction, as written.
 
 /** Anything with node-postgres' `query(text, values)`: `pg.Client`, `pg.PoolClient`, `pg.Pool`,
  * and TypeORM's `QueryRunner`, `EntityManager` (the one `dataSource.transaction()` hands you) or
@@ -25,9 +25,16 @@ export interface DrizzleLike {
   execute(query: never): PromiseLike<unknown>;
 }
 
+/** A Prisma client or the `tx` of an interactive transaction (`prisma.$transaction(async (tx) => …)`),
+ * with a driver adapter such as `@prisma/adapter-pg`. The statement goes through `$queryRawUnsafe`
+ * with its `$n` parameters bound by the adapter (never interpolated). */
+export interface PrismaLike {
+  $queryRawUnsafe(query: string, ...values: never[]): PromiseLike<unknown>;
+}
+
 /** What `append`, `appendPosition` and `token` take: the connection or ORM transaction that the
  * event must be written in. */
-export type Executor = Queryable | KnexLike | KyselyLike | DrizzleLike;
+export type Executor = Queryable | KnexLike | KyselyLike | DrizzleLike | PrismaLike;
 
 export type Row = Record<string, unknown>;
 
@@ -36,7 +43,7 @@ export type Row = Record<string, unknown>;
 export const MARKER = '/* highwater-client */';
 
 export interface Runner {
-  kind: 'pg' | 'knex' | 'kysely' | 'drizzle';
+  kind: 'pg' | 'knex' | 'kysely' | 'drizzle' | 'prisma';
   run(text: string, values: unknown[]): Promise<Row[]>;
 }
 
@@ -87,6 +94,17 @@ export function runner(tx: Executor): Runner {
   const any = tx as unknown as Record<string, unknown>;
   if (tx == null || (typeof tx !== 'object' && typeof tx !== 'function')) {
     throw new TypeError('@highwater/client: expected a pg client or an ORM transaction, got ' + String(tx));
+  }
+  if (typeof any.$queryRawUnsafe === 'function') {
+    // Prisma (first: its model delegates are properties, and a model may be named `query`).
+    // PostgreSQL's own `$n` placeholders, the values as separate arguments.
+    const prisma = tx as PrismaLike;
+    return {
+      kind: 'prisma',
+      async run(text, values) {
+        return rowsOf(await call(prisma, '$queryRawUnsafe', text, ...values.map((v) => v ?? null)));
+      },
+    };
   }
   if (typeof tx === 'function' && typeof any.raw === 'function') {
     // Knex: `?` placeholders, bindings in order.
@@ -140,6 +158,6 @@ export function runner(tx: Executor): Runner {
   }
   throw new TypeError(
     '@highwater/client: expected a pg Client/PoolClient/Pool, a TypeORM QueryRunner/EntityManager, ' +
-      'or a Drizzle, Kysely or Knex database or transaction',
+      'or a Drizzle, Kysely, Knex or Prisma database or transaction',
   );
 }
