@@ -75,14 +75,24 @@ function split(text: string): { parts: string[]; indexes: number[] } {
   return { parts, indexes };
 }
 
-/** `split` of one of the client's statement texts (a handful, all constants), as the strings of
- * a tagged template; kept, so that a statement is split once. */
-const templates = new Map<string, { strings: TemplateStringsArray; indexes: number[] }>();
-function template(text: string): { strings: TemplateStringsArray; indexes: number[] } {
+interface Template {
+  /** The text between the placeholders, as the strings of a tagged template (Drizzle). */
+  strings: TemplateStringsArray;
+  /** The value each placeholder takes, in order of appearance. */
+  indexes: number[];
+  /** The text with `?` placeholders (Knex). */
+  qmarks: string;
+}
+
+/** `split` of one of the client's statement texts (a handful, all constants); kept, so that a
+ * statement is split once per process. */
+const templates = new Map<string, Template>();
+function template(text: string): Template {
   let t = templates.get(text);
   if (!t) {
     const { parts, indexes } = split(text);
-    t = { strings: Object.assign([...parts], { raw: [...parts] }) as unknown as TemplateStringsArray, indexes };
+    const strings = Object.assign([...parts], { raw: [...parts] }) as unknown as TemplateStringsArray;
+    t = { strings, indexes, qmarks: parts.join('?') };
     templates.set(text, t);
   }
   return t;
@@ -125,9 +135,9 @@ export function runner(tx: Executor): Runner {
     return {
       kind: 'knex',
       async run(text, values) {
-        const { parts, indexes } = split(text);
+        const { qmarks, indexes } = template(text);
         const bindings = indexes.map((i) => values[i] ?? null);
-        return rowsOf(await call(knex, 'raw', parts.join('?'), bindings));
+        return rowsOf(await call(knex, 'raw', qmarks, bindings));
       },
     };
   }
