@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests of @highwater/client against a real PostgreSQL 15 and real highwater processes:
-#   1. npm ci (from package-lock.json), tsc build of the package and of the tests;
+#   1. npm ci (from package-lock.json), `prisma generate` of the tests' Prisma client (the
+#      prisma-client generator, wasm only: no engine binary), tsc build of the package and tests;
 #   2. a throwaway cluster (initdb in a temporary directory, a free loopback port), `highwater
 #      migrate`, the test event types, tables and consumers (test/fixtures/);
 #   3. node's test runner over build/test/*.test.js (the tests start their own dispatchers;
@@ -70,6 +71,12 @@ trap 'exit 130' INT TERM
 cd "$here"
 echo "== npm ci"
 npm ci --no-audit --no-fund --loglevel=error
+echo "== prisma generate (test/prisma/schema.prisma, nothing fetched beyond npm)"
+# The prisma CLI fetches its schema engine from binaries.prisma.sh before running any command,
+# unless PRISMA_SCHEMA_ENGINE_BINARY names an existing file; generate never runs that engine (the
+# prisma-client generator parses the schema with wasm from npm), so a stub that refuses is enough.
+PRISMA_SCHEMA_ENGINE_BINARY="$here/test/prisma/no-schema-engine.sh" CHECKPOINT_DISABLE=1 \
+    PRISMA_HIDE_UPDATE_MESSAGE=1 npx --no-install prisma generate --schema test/prisma/schema.prisma >/dev/null
 echo "== build"
 npm run --silent build
 npx --no-install tsc -p tsconfig.test.json

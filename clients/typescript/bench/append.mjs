@@ -1,6 +1,6 @@
 // Append through each adapter vs the same driver's hand-written `SELECT highwater.append(...)`
 // vs its plain outbox INSERT: one event per transaction, `connections` concurrent loops per
-// statement. The fifteen (driver, variant) pairs take turns in short slices, `rounds` times,
+// statement. The (driver, variant) pairs take turns in short slices, `rounds` times,
 // each round in a shifted order, so a machine whose speed drifts (it is shared) moves them alike:
 // the ratios, taken within one driver, are the figures that count.
 //

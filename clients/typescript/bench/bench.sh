@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks of @highwater/client (issue 37 "Performance"), in one run on one throwaway cluster:
-#   1. append through each adapter (pg, Drizzle, Kysely, Knex, TypeORM) vs the same driver's
-#      hand-written `SELECT highwater.append(...)` vs its plain INSERT into a seed-style outbox
-#      table (bench/append.mjs; no dispatcher runs, as in the Rust benchmark's scenario 3);
+#   1. append through each adapter (pg, Drizzle, Kysely, Knex, TypeORM, Prisma) vs the same
+#      driver's hand-written `SELECT highwater.append(...)` vs its plain INSERT into a seed-style
+#      outbox table (bench/append.mjs; no dispatcher runs, as in the Rust benchmark's scenario 3);
 #   2. the wait helpers' added latency at 1,000 writes/s against a real `highwater dispatch`
 #      (bench/wait.mjs).
 # Prints markdown tables (docs/benchmarks.md, "Client libraries (TypeScript)", has a run).
@@ -60,6 +60,13 @@ cd "$pkg"
 echo "== npm ci, build (the adapters' drivers are the package's devDependencies)" >&2
 npm ci --no-audit --no-fund --loglevel=error >&2
 npm run --silent build >&2
+# The Prisma driver's client (bench/prisma/schema.prisma), generated without Prisma's engine
+# download (as in test.sh) and compiled to JavaScript.
+PRISMA_SCHEMA_ENGINE_BINARY="$pkg/test/prisma/no-schema-engine.sh" CHECKPOINT_DISABLE=1 \
+    PRISMA_HIDE_UPDATE_MESSAGE=1 npx --no-install prisma generate --schema "$here/prisma/schema.prisma" >&2
+rm -rf "$here/prisma/build"
+npx --no-install tsc --target ES2022 --module NodeNext --moduleResolution NodeNext --skipLibCheck \
+    --types node --outDir "$here/prisma/build" "$here/prisma/generated/client.ts"
 
 echo "== PostgreSQL 15 cluster" >&2
 mkdir -p "$tmp/pg"

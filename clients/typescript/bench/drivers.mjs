@@ -1,4 +1,4 @@
-// The five drivers the client supports, each writing one event per transaction three ways, with
+// The six drivers the client supports, each writing one event per transaction three ways, with
 // the driver's own idioms for everything but the statement being measured:
 //   adapter: `append(tx, event)` of @highwater/client (outside a request: it reads no token);
 //   direct:  `SELECT highwater.append(...)` written by hand with the driver's raw-SQL API;
@@ -16,6 +16,9 @@ import Knex from 'knex';
 import { Kysely, PostgresDialect, sql as kyselySql } from 'kysely';
 import pg from 'pg';
 import { DataSource, EntitySchema } from 'typeorm';
+import { PrismaPg } from '@prisma/adapter-pg';
+// Generated and compiled by bench.sh from bench/prisma/schema.prisma.
+import { PrismaClient } from './prisma/build/client.js';
 import { append, highwaterTokens } from '../dist/index.js';
 
 export const PAYLOAD = { order_id: 1, amount: 42, currency: 'EUR' };
@@ -156,6 +159,20 @@ async function typeormDriver(url, connections) {
   };
 }
 
+async function prismaDriver(url, connections) {
+  const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: url, max: connections }) });
+  await prisma.$connect();
+  return {
+    adapter: (i) => prisma.$transaction((tx) => append(tx, event(i))),
+    direct: (i) =>
+      prisma.$transaction(
+        (tx) => tx.$queryRaw`SELECT highwater.append(${'order'}, ${`o-${i % 64}`}, ${'OrderPlaced'}, ${JSON.stringify(PAYLOAD)}::jsonb)`,
+      ),
+    outbox: (i) => prisma.$transaction((tx) => tx.outbox.create({ data: outboxRow(i) })),
+    close: () => prisma.$disconnect(),
+  };
+}
+
 const wrap = (make) => async (url, connections) => withRequestVariant(await make(url, connections));
 export const DRIVERS = {
   pg: wrap(pgDriver),
@@ -163,5 +180,6 @@ export const DRIVERS = {
   kysely: wrap(kyselyDriver),
   knex: wrap(knexDriver),
   typeorm: wrap(typeormDriver),
+  prisma: wrap(prismaDriver),
 };
 export const VARIANTS = ['adapter', 'adapterInRequest', 'direct', 'outbox'];

@@ -89,7 +89,9 @@ interface DriverError {
 }
 
 /** The PostgreSQL error inside what the driver or ORM threw: node-postgres' error itself (Knex,
- * Kysely), `cause` (Drizzle's DrizzleQueryError), `driverError` (TypeORM's QueryFailedError). */
+ * Kysely), `cause` (Drizzle's DrizzleQueryError), `driverError` (TypeORM's QueryFailedError),
+ * `meta.driverAdapterError.cause` (Prisma's P2010 "Raw query failed", whose own `code` is
+ * Prisma's, not the server's: the driver adapter's `{ kind: 'postgres', code, message, hint }`). */
 export function driverError(err: unknown): DriverError | undefined {
   const seen = new Set<unknown>();
   const queue: unknown[] = [err];
@@ -98,6 +100,11 @@ export function driverError(err: unknown): DriverError | undefined {
     if (!e || typeof e !== 'object' || seen.has(e)) continue;
     seen.add(e);
     const o = e as Record<string, unknown>;
+    const adapterError = (o.meta as Record<string, unknown> | undefined)?.driverAdapterError;
+    if (adapterError && typeof adapterError === 'object') {
+      queue.unshift(adapterError);
+      continue;
+    }
     if (typeof o.code === 'string' && /^[0-9A-Z]{5}$/.test(o.code) && typeof o.message === 'string') {
       // TypeORM copies `code` onto its own error; prefer the driver's, which has the pure message.
       if (o.driverError && typeof o.driverError === 'object') {

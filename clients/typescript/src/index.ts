@@ -1,6 +1,6 @@
 export { append, appendPosition, token, isToken } from './events.js';
 export type { Appended, NewEvent, Token } from './events.js';
-export type { DrizzleLike, Executor, KnexLike, KyselyLike, Queryable } from './executor.js';
+export type { DrizzleLike, Executor, KnexLike, KyselyLike, PrismaLike, Queryable } from './executor.js';
 export { HighwaterError, InvalidPayload, UnknownConsumer, UnknownEventType, VersionConflict } from './errors.js';
 export type { HighwaterErrorOptions } from './errors.js';
 export { waitApplied, waitAppliedHttp } from './wait.js';

@@ -7,11 +7,14 @@ import type { Server } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import express from 'express';
 import knexFactory from 'knex';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from './prisma/generated/client.js';
 import { CONSISTENCY_HEADER, TOKEN_HEADER, append, highwaterTokens, readYourWrites } from '@highwater/client';
 import { AUTH_TOKEN, DATABASE_URL, type Dispatcher, newPool, startDispatcher, uid } from './harness.js';
 
 const pool = newPool(6);
 const knex = knexFactory({ client: 'pg', connection: DATABASE_URL, pool: { min: 0, max: 4 } });
+const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: DATABASE_URL, max: 2 }) });
 let dispatcher: Dispatcher;
 let server: Server;
 let base: string;
@@ -28,6 +31,16 @@ function app(d: Dispatcher) {
     await knex.transaction(async (trx) => {
       await trx('app_orders').insert({ id, total: req.body.total, writer: 'express' });
       await append(trx, { streamType: 'order', streamId: id, type: 'OrderPlaced', payload: { order_id: id, total: req.body.total } });
+    });
+    res.status(201).json({ id });
+  });
+
+  // The same write in a Prisma interactive transaction: the token is recorded from inside it.
+  a.post('/prisma/orders', async (req, res) => {
+    const id = uid('order');
+    await prisma.$transaction(async (tx) => {
+      await tx.appOrder.create({ data: { id, total: String(req.body.total), writer: 'express-prisma' } });
+      await append(tx, { streamType: 'order', streamId: id, type: 'OrderPlaced', payload: { order_id: id, total: req.body.total } });
     });
     res.status(201).json({ id });
   });
@@ -78,11 +91,11 @@ before(async () => {
 after(async () => {
   await new Promise((r) => server.close(r));
   await dispatcher?.stop();
-  await Promise.all([pool.end(), knex.destroy()]);
+  await Promise.all([pool.end(), knex.destroy(), prisma.$disconnect()]);
 });
 
-async function placeOrder(total: number) {
-  const res = await fetch(`${base}/orders`, {
+async function placeOrder(total: number, path = '/orders') {
+  const res = await fetch(`${base}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ total }),
@@ -95,6 +108,14 @@ async function placeOrder(total: number) {
 describe('highwaterTokens', () => {
   test('a write answers with the token of its transaction', async () => {
     const { id, token } = await placeOrder(5);
+    assert.match(token ?? '', /^\d+$/);
+    const { rows } = await pool.query('SELECT tx_id::text FROM highwater.events WHERE stream_id = $1', [id]);
+    assert.equal(rows.length, 1);
+    assert.equal(token, rows[0].tx_id);
+  });
+
+  test('a write in a Prisma interactive transaction answers with its token', async () => {
+    const { id, token } = await placeOrder(6, '/prisma/orders');
     assert.match(token ?? '', /^\d+$/);
     const { rows } = await pool.query('SELECT tx_id::text FROM highwater.events WHERE stream_id = $1', [id]);
     assert.equal(rows.length, 1);

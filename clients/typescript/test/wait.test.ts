@@ -13,11 +13,14 @@ import {
 } from '@highwater/client';
 import knexFactory from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from './prisma/generated/client.js';
 import { AUTH_TOKEN, DATABASE_URL, type Dispatcher, newPool, sleep, startDispatcher, uid } from './harness.js';
 
 const pool = newPool(6);
 const knex = knexFactory({ client: 'pg', connection: DATABASE_URL, pool: { min: 0, max: 2 } });
 const kysely = new Kysely<object>({ dialect: new PostgresDialect({ pool: newPool(2) }) });
+const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: DATABASE_URL, max: 2 }) });
 let dispatcher: Dispatcher;
 
 before(async () => {
@@ -26,7 +29,7 @@ before(async () => {
 
 after(async () => {
   await dispatcher?.stop();
-  await Promise.all([pool.end(), knex.destroy(), kysely.destroy()]);
+  await Promise.all([pool.end(), knex.destroy(), kysely.destroy(), prisma.$disconnect()]);
 });
 
 /** Commits one OrderPlaced for a new order and returns the order id, event id and token. */
@@ -62,6 +65,7 @@ describe('waitApplied over SQL', () => {
     ['pg.Pool (LISTEN highwater_applied)', () => pool],
     ['Knex instance (polled)', () => knex],
     ['Kysely instance (polled)', () => kysely],
+    ['PrismaClient, @prisma/adapter-pg (polled)', () => prisma],
   ];
   for (const [name, db] of dbs) {
     test(`returns applied once the projection holds the write: ${name}`, async () => {
