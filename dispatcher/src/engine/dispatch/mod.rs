@@ -1,6 +1,6 @@
 //! The delivery loop: one process runs every consumer of its group, one task per shard.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, atomic::AtomicBool},
     time::Duration,
@@ -17,6 +17,7 @@ mod membership;
 mod observe;
 mod partitions;
 pub mod pass;
+mod redrive;
 mod wakeup;
 mod worker;
 
@@ -108,6 +109,9 @@ struct Env {
     /// Halted (dead, disabled) shards look again at every refresh, in case they were changed
     /// without a notification (by hand in SQL, say).
     refresh_tx: watch::Sender<u64>,
+    /// The `(consumer, shard)` pairs with redrive requests pending, read at every reload (so that
+    /// a lost notification delays a redrive by one refresh interval at most).
+    redrive_tx: watch::Sender<Arc<Redrives>>,
     members_tx: watch::Sender<Arc<membership::Members>>,
     /// Whether the group has a partitioned consumer: the liveness refresh runs fast only then.
     partitioned_tx: watch::Sender<bool>,
@@ -130,6 +134,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         head_rx,
         nudge_tx: watch::channel(0u64).0,
         refresh_tx: watch::channel(0u64).0,
+        redrive_tx: watch::channel(Arc::default()).0,
         members_tx: watch::channel(Arc::new(membership::Members::alone(&cfg.instance_id))).0,
         partitioned_tx: watch::channel(false).0,
         metrics: Arc::new(Metrics::new()),
@@ -254,6 +259,7 @@ async fn serve(
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.nudge_tx.send_modify(|g| *g += 1);
+                look_for_redrives(env, running).await;
             }
             _ = refresh.tick() => {
                 if !crate::migrate::window::still_inside(&env.pool).await {
@@ -263,6 +269,7 @@ async fn serve(
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.refresh_tx.send_modify(|g| *g += 1);
+                look_for_redrives(env, running).await;
             }
             _ = heartbeat.tick() => {
                 if let Err(e) = shards::heartbeat(&env.pool, &cfg.instance_id).await {
@@ -270,6 +277,30 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+/// Shards (consumer, instance) with redrive requests pending.
+pub type Redrives = HashSet<(String, String)>;
+
+/// One statement for the running consumers: which of their shards have redrive requests pending;
+/// the workers of those shards look for the ones due.
+async fn look_for_redrives(env: &Env, running: &HashMap<String, Running>) {
+    let consumers: Vec<&str> = running.keys().map(String::as_str).collect();
+    if consumers.is_empty() {
+        return;
+    }
+    match crate::ops::redrive::shards_with_requests(&env.pool, &consumers).await {
+        Ok(pending) => {
+            let pending: Redrives = pending.into_iter().collect();
+            // Unchanged and empty: nothing to wake a worker for.
+            env.redrive_tx.send_if_modified(|p| {
+                let wake = !pending.is_empty() || **p != pending;
+                *p = Arc::new(pending);
+                wake
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "looking for redrive requests failed"),
     }
 }
 
@@ -377,6 +408,7 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
                 worker::Wakeups {
                     nudge: env.nudge_tx.subscribe(),
                     refresh: env.refresh_tx.subscribe(),
+                    redrive: env.redrive_tx.subscribe(),
                     members: env.members_tx.subscribe(),
                 },
                 stop.clone(),
