@@ -184,6 +184,9 @@ async fn a_fixed_poison_event_is_redriven_once_through_the_sql_sink_and_its_dead
     .await
     .unwrap();
     assert!(marked, "redriven after it was requested");
+    let (code, out, _) = cli(&db.url, &["consumer", "dead-letters", "a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(" redriven ") && out.contains("amount parser fixed (#123)"), "{out}");
     // The cursor, the delivered count and the status are what they were.
     assert_eq!(cursor(&db.pool, "a").await, before);
 

@@ -569,11 +569,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
          parked AS (
             INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
             SELECT consumer, instance_id, $10, $8, $9 FROM upd WHERE $12
-            -- Parked again after a redrive (the cursor was rewound over it): a dead letter again.
-            ON CONFLICT (consumer, instance_id, event_id) DO UPDATE
-               SET attempts = EXCLUDED.attempts, error = EXCLUDED.error, redriven_at = NULL
-             WHERE highwater.dead_letters.redriven_at IS NOT NULL
-               AND highwater.dead_letters.redrive_at IS NULL)
+            ON CONFLICT DO NOTHING)
          SELECT count(*) FROM upd",
     )
     .bind(&shard.consumer)

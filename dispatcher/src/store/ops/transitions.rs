@@ -110,10 +110,7 @@ pub(super) async fn execute(
              SELECT consumer, instance_id, failing_event_id, prev_attempts,
                     coalesce(prev_error, 'no error recorded') || ' (skipped by an operator)'
                FROM upd
-             ON CONFLICT (consumer, instance_id, event_id) DO UPDATE
-                SET attempts = EXCLUDED.attempts, error = EXCLUDED.error, redriven_at = NULL
-              WHERE highwater.dead_letters.redriven_at IS NOT NULL
-                AND highwater.dead_letters.redrive_at IS NULL)"
+             ON CONFLICT DO NOTHING)"
     } else {
         ""
     };
