@@ -422,3 +422,96 @@ async fn under_load_with_kills_every_redriven_event_applies_exactly_once_more() 
     })
     .await;
 }
+
+/// More than 100 dead letters need a confirmation: without a terminal and without `--yes` the
+/// request is refused and nothing is marked; `--yes` requests them, spaced by `--rate`, and with
+/// no dispatcher running they stay pending (`--wait 0s` returns at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_redrive_needs_a_confirmation_and_is_spaced_by_its_rate() {
+    let db = setup(&["Tick"]).await;
+    apply(&db.pool, &consumer("big", "delivery: Shared\nerrorMode: skip\nsink: {log: {target: stderr}}")).await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..101 {
+        append(&mut tx, &NewEvent::new("order", &format!("o-{i}"), "Tick", json!({}))).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    sqlx::query(
+        "INSERT INTO highwater.consumer_shards (consumer, instance_id) VALUES ('big', '__shared__') ON CONFLICT DO NOTHING;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
+         SELECT 'big', '__shared__', id, 1, 'receiver was down' FROM highwater.events",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let marked = "SELECT count(*) FROM highwater.dead_letters WHERE redrive_requested_at IS NOT NULL";
+
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "big", "--all"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("redrive 101 dead letters of consumer big") && err.contains("--yes"), "{err}");
+    assert_eq!(scalar_i64(&db.pool, marked).await, 0, "nothing marked");
+
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "big", "--all", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("would redrive 101 dead letter(s)"), "{out}");
+    assert_eq!(out.lines().count(), 102, "one line per dead letter");
+    assert_eq!(scalar_i64(&db.pool, marked).await, 0, "nothing marked");
+
+    let (code, out, err) =
+        cli(&db.url, &["consumer", "redrive", "big", "--all", "--yes", "--rate", "10/s", "--wait", "0s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 redriven, 0 failed again, 101 pending"), "{out}");
+    assert_eq!(scalar_i64(&db.pool, marked).await, 101);
+    // Spaced 100 ms apart in event order: the last is due 10 s after the first.
+    let spread: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM max(redrive_at) - min(redrive_at))::float8 FROM highwater.dead_letters",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!((spread - 10.0).abs() < 0.01, "{spread}");
+    let in_order: bool = sqlx::query_scalar(
+        "SELECT bool_and(ok) FROM (SELECT redrive_at >= lag(redrive_at) OVER (ORDER BY event_id) IS NOT FALSE AS ok
+                                    FROM highwater.dead_letters) x",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(in_order, "due in event order");
+}
+
+/// A redriven event that is parked again (a rewind over it, and the bug is back) is a dead letter
+/// again with the new error, and can be redriven again: once more each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redriven_event_parked_again_is_a_dead_letter_again() {
+    let p = parked().await;
+    let (db, ids) = (&p.db, &p.ids);
+    let poison = ids[1];
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--all"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(seen(&db.pool, poison).await, 1);
+
+    sqlx::query("INSERT INTO verdict VALUES ('a third bug (v3)')").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "rewind", "a", "--to", &poison.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    eventually("parked again", Duration::from_secs(30), || async {
+        let l = letters(&db.pool, "a").await;
+        l[0].2.contains("(v3)") && !l[0].7
+    })
+    .await;
+    let l = letters(&db.pool, "a").await;
+    assert_eq!(l.len(), 1, "{l:?}");
+    let (code, out, _) = cli(&db.url, &["consumer", "dead-letters", "a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(" dead ") && out.contains("(v3)"), "{out}");
+
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &poison.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(seen(&db.pool, poison).await, 2, "once more per redrive, never by the failed live attempt");
+}
