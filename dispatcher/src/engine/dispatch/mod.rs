@@ -48,6 +48,8 @@ pub struct DispatchConfig {
     pub metrics_interval: Duration,
     /// Bearer tokens SSE clients must present.
     pub sse_tokens: sse::Tokens,
+    /// Bearer tokens `POST /v1/consumers/{name}/redrive` requires (none: the endpoint answers 401).
+    pub ops_tokens: sse::Tokens,
     /// Which hosts webhook sinks may reach.
     pub webhook_targets: Arc<sink::TargetPolicy>,
     pub startup: Startup,
@@ -80,6 +82,7 @@ impl DispatchConfig {
             listen: None,
             metrics_interval: Duration::from_secs(5),
             sse_tokens: sse::Tokens::default(),
+            ops_tokens: sse::Tokens::default(),
             webhook_targets: Arc::default(),
             startup: Startup::default(),
         }
@@ -151,7 +154,8 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tracing::info!(address = %listener.local_addr().map_err(Error::io("listener address"))?, "serving /metrics, /healthz, /readyz, /v1/consumers/{{name}}/events");
         let health = http::Health { pool: pool.clone(), ready: ready.clone() };
         let sse_state = sse::SseState { hub: env.hub.clone(), tokens: cfg.sse_tokens.clone(), pool: pool.clone() };
-        tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, bg.clone()));
+        let ops = crate::redrive_http::OpsState { tokens: cfg.ops_tokens.clone(), pool: pool.clone() };
+        tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, ops, bg.clone()));
     }
 
     let mut running: HashMap<String, Running> = HashMap::new();
