@@ -40,6 +40,9 @@ pub struct EventConsumerStatus {
     /// The last `highwater.dev/rebuild` annotation value acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_rebuild: Option<String>,
+    /// The last `highwater.dev/redrive` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_redrive: Option<String>,
 }
 
 /// One cursor row.

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 const DOC: &str = include_str!("../../docs/openapi.json");
 const ROUTER: &str = include_str!("../src/engine/http.rs");
 const TOKEN: &str = "openapi-t0ken";
+const OPS_TOKEN: &str = "openapi-ops-t0ken";
 
 /// (path, method) -> status -> documented media types.
 type Documented = BTreeMap<(String, String), BTreeMap<u16, Vec<String>>>;
@@ -71,26 +72,58 @@ impl Seen {
         if auth {
             req = req.bearer_auth(TOKEN);
         }
+        self.send(doc, "GET", doc_path, url, req, headers).await
+    }
+
+    /// POST `body` to `url` with `token` (if any), as [`Seen::get`] records and checks it.
+    async fn post(
+        &mut self,
+        doc: &Documented,
+        port: u16,
+        doc_path: &str,
+        url: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, String) {
+        let mut req = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}{url}"))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        self.send(doc, "POST", doc_path, url, req, &[]).await
+    }
+
+    async fn send(
+        &mut self,
+        doc: &Documented,
+        method: &str,
+        doc_path: &str,
+        url: &str,
+        mut req: reqwest::RequestBuilder,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
         let resp = tokio::time::timeout(Duration::from_secs(30), req.send())
             .await
-            .unwrap_or_else(|_| panic!("GET {url} {headers:?} unanswered within 30s"))
+            .unwrap_or_else(|_| panic!("{method} {url} {headers:?} unanswered within 30s"))
             .unwrap();
         let status = resp.status().as_u16();
         let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-        let key = (doc_path.to_owned(), "GET".to_owned());
+        let key = (doc_path.to_owned(), method.to_owned());
         self.got.entry(key.clone()).or_default().insert(status);
         match doc.get(&key).and_then(|s| s.get(&status)) {
-            None => self.problems.push(format!("GET {url}: {status} is not documented for {doc_path}")),
+            None => self.problems.push(format!("{method} {url}: {status} is not documented for {doc_path}")),
             Some(types) if !types.iter().any(|t| ct.split(';').next().unwrap().trim() == t) => {
-                self.problems.push(format!("GET {url}: {status} with content type {ct:?}, documented {types:?}"))
+                self.problems.push(format!("{method} {url}: {status} with content type {ct:?}, documented {types:?}"))
             }
             Some(_) => {}
         }
         let body = if ct.starts_with("text/event-stream") { String::new() } else { resp.text().await.unwrap() };
-        assert!(!body.starts_with("no such endpoint"), "GET {url} reached no route (the router's fallback)");
+        assert!(!body.starts_with("no such endpoint"), "{method} {url} reached no route (the router's fallback)");
         (status, body)
     }
 }
@@ -102,7 +135,11 @@ async fn the_document_is_served_and_true_to_the_server() {
     let paths: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
     assert_eq!(router_paths(), paths, "the router's routes are the document's paths");
     let ops = documented(&doc);
-    assert!(ops.keys().all(|(_, m)| m == "GET"), "the router has GET routes only");
+    let redrive = "/v1/consumers/{name}/redrive";
+    assert!(
+        ops.keys().all(|(p, m)| m == if p == redrive { "POST" } else { "GET" }),
+        "the router has GET routes only, and POST for the redrive"
+    );
 
     let mut pg = setup(&["Tick"]).await;
     sqlx::raw_sql("CREATE TABLE seen (id bigint)").execute(&pg.pool).await.unwrap();
@@ -114,7 +151,12 @@ async fn the_document_is_served_and_true_to_the_server() {
     .concat();
     apply(&pg.pool, &yaml).await;
     let logs = tempfile::tempdir().unwrap();
-    let d = Dispatcher::start_with_env(&pg.url, "oa-0", logs.path(), &[("HIGHWATER_SSE_TOKENS", TOKEN)]);
+    let d = Dispatcher::start_with_env(
+        &pg.url,
+        "oa-0",
+        logs.path(),
+        &[("HIGHWATER_SSE_TOKENS", TOKEN), ("HIGHWATER_OPS_TOKENS", OPS_TOKEN)],
+    );
     let port = d.http_port;
     wait_registered(&pg.pool, "live", 1).await;
     eventually("/readyz 200", Duration::from_secs(30), || async move {
@@ -174,6 +216,49 @@ async fn the_document_is_served_and_true_to_the_server() {
         assert_eq!(s.get(&ops, port, events, url, *auth, headers).await.0, *want, "GET {url} {headers:?}");
     }
 
+    // The redrive of a dead letter of proj (parked as errorMode skip would have).
+    sqlx::query(
+        "INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
+         VALUES ('proj', '__shared__', $1, 1, 'boom')",
+    )
+    .bind(id)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let one = format!("{{\"event\": {id}, \"reason\": \"openapi\"}}");
+    let dry = format!("{{\"event\": {id}, \"dryRun\": true}}");
+    let ops_token = Some(OPS_TOKEN);
+    let cases: &[(&str, Option<&str>, &str, u16)] = &[
+        ("/v1/consumers/proj/redrive", ops_token, &dry, 200),
+        ("/v1/consumers/proj/redrive", ops_token, "not json", 400),
+        ("/v1/consumers/proj/redrive", ops_token, "{}", 400),
+        ("/v1/consumers/proj/redrive", ops_token, r#"{"all": true, "rate": -1}"#, 400),
+        ("/v1/consumers/proj/redrive", ops_token, r#"{"all": true, "nonsense": 1}"#, 400),
+        ("/v1/consumers/proj/redrive", None, &one, 401),
+        // A token of the streams and the wait cannot redeliver.
+        ("/v1/consumers/proj/redrive", Some(TOKEN), &one, 401),
+        ("/v1/consumers/nope/redrive", ops_token, &one, 404),
+        ("/v1/consumers/proj/redrive", ops_token, r#"{"event": 999999}"#, 409),
+        ("/v1/consumers/proj/redrive", ops_token, &one, 202),
+        // Requested already: pending or redriven, no longer a dead letter to redrive.
+        ("/v1/consumers/proj/redrive", ops_token, &one, 409),
+    ];
+    for (url, token, body, want) in cases {
+        let (status, answer) = s.post(&ops, port, redrive, url, *token, body).await;
+        assert_eq!(status, *want, "POST {url} {body}: {answer}");
+        if *want == 202 {
+            let plan: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(plan["selected"][0]["event_id"], id, "{answer}");
+            assert!(plan["requested_at"].is_string(), "{answer}");
+        }
+    }
+    let by: Option<String> = sqlx::query_scalar("SELECT redrive_by FROM highwater.dead_letters WHERE event_id = $1")
+        .bind(id)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(by.as_deref(), Some("http:ops-token-1"));
+
     // Without the database: the 503s.
     pg.pg.stop();
     assert_eq!(s.get(&ops, port, "/readyz", "/readyz", false, &[]).await.0, 503);
@@ -181,6 +266,7 @@ async fn the_document_is_served_and_true_to_the_server() {
         s.get(&ops, port, applied, &format!("/v1/consumers/proj/applied?after={token}&timeout=1s"), true, &[]).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(s.get(&ops, port, events, "/v1/consumers/live/events", true, &[("Last-Event-ID", &last)]).await.0, 503);
+    assert_eq!(s.post(&ops, port, redrive, "/v1/consumers/proj/redrive", ops_token, r#"{"all": true}"#).await.0, 503);
 
     assert!(s.problems.is_empty(), "answers the document does not describe:\n{}", s.problems.join("\n"));
     for (op, statuses) in &ops {

@@ -17,11 +17,15 @@ pub const RESTART: &str = "highwater.dev/restart";
 pub const SKIP: &str = "highwater.dev/skip-event";
 /// Any new value rebuilds the read model once (`highwater consumer rebuild`).
 pub const REBUILD: &str = "highwater.dev/rebuild";
+/// `<event id>` or `all`, optionally followed by `#<anything>` to make a new value: requests the
+/// redrive of that dead letter, or of every one, once (`highwater consumer redrive`).
+pub const REDRIVE: &str = "highwater.dev/redrive";
 
 pub struct Handled {
     pub restart: Option<String>,
     pub skip: Option<String>,
     pub rebuild: Option<String>,
+    pub redrive: Option<String>,
 }
 
 pub async fn handle(
@@ -34,6 +38,7 @@ pub async fn handle(
         restart: prev.and_then(|p| p.handled_restart.clone()),
         skip: prev.and_then(|p| p.handled_skip.clone()),
         rebuild: prev.and_then(|p| p.handled_rebuild.clone()),
+        redrive: prev.and_then(|p| p.handled_redrive.clone()),
     };
     let ann = ec.annotations();
     if let Some(v) = ann.get(RESTART).filter(|v| out.restart.as_ref() != Some(*v)) {
@@ -77,5 +82,82 @@ pub async fn handle(
         }
         out.rebuild = Some(v.clone());
     }
+    if let Some(v) = ann.get(REDRIVE).filter(|v| out.redrive.as_ref() != Some(*v)) {
+        redrive(ctx, ec, consumer, v).await?;
+        out.redrive = Some(v.clone());
+    }
     Ok(out)
+}
+
+/// What a `highwater.dev/redrive` value asks for: one event's dead letter, or every one.
+fn redrive_target(value: &str) -> Option<Option<i64>> {
+    let target = value.split('#').next().unwrap_or_default().trim();
+    if target == "all" {
+        return Some(None);
+    }
+    target.parse::<i64>().ok().filter(|id| *id > 0).map(Some)
+}
+
+/// Who set the annotation, as far as the object says: the field manager that owns it (the
+/// Kubernetes user is in the API server's audit log, not in the object).
+fn annotated_by(ec: &EventConsumer) -> String {
+    let manager = ec.managed_fields().iter().find_map(|m| {
+        let fields = m.fields_v1.as_ref()?;
+        fields.0.get("f:metadata")?.get("f:annotations")?.get(format!("f:{REDRIVE}"))?;
+        m.manager.clone()
+    });
+    format!("kubernetes:{}", manager.as_deref().unwrap_or("unknown field manager"))
+}
+
+async fn redrive(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str) -> Result<()> {
+    let Some(event) = redrive_target(value) else {
+        let m = format!("{REDRIVE}: {value:?} is neither an event id nor all (fix: e.g. {REDRIVE}=4711 or all)");
+        events::on(ctx, ec, Reason::RedriveRefused, m).await;
+        return Ok(());
+    };
+    let selection =
+        ops::redrive::Selection { consumer: consumer.to_owned(), event, all: event.is_none(), ..Default::default() };
+    let ns = ec.namespace().unwrap_or_default();
+    let request = ops::redrive::Request {
+        selection,
+        by: annotated_by(ec),
+        reason: Some(format!("annotation {REDRIVE}={value} on {ns}/{}", ec.name_any())),
+        rate: None,
+        dry_run: false,
+    };
+    match ops::redrive::redrive(&ctx.pool, &request).await {
+        Ok(plan) => {
+            let ids: Vec<String> = plan.selected.iter().take(20).map(|s| s.event_id.to_string()).collect();
+            let more = if plan.selected.len() > 20 { ", …" } else { "" };
+            let left = if plan.left_out.is_empty() {
+                String::new()
+            } else {
+                format!("; {} left out (pruned or instance gone)", plan.left_out.len())
+            };
+            let note = format!(
+                "redrive of {} dead letter(s) requested (events {}{more}){left}; a dispatcher delivers them",
+                plan.selected.len(),
+                ids.join(", ")
+            );
+            events::on(ctx, ec, Reason::Redriven, note).await;
+        }
+        Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RedriveRefused, m.to_string()).await,
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redrive_values_name_an_event_or_all() {
+        assert_eq!(redrive_target("4711"), Some(Some(4711)));
+        assert_eq!(redrive_target(" all "), Some(None));
+        assert_eq!(redrive_target("all#2"), Some(None));
+        assert_eq!(redrive_target("17#again"), Some(Some(17)));
+        assert_eq!(redrive_target("everything"), None);
+        assert_eq!(redrive_target("0"), None);
+    }
 }

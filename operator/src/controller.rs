@@ -94,6 +94,7 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         next.handled_restart = h.restart;
         next.handled_skip = h.skip;
         next.handled_rebuild = h.rebuild;
+        next.handled_redrive = h.redrive;
     }
     for s in status::newly_dead(prev, &next) {
         let note = format!(

@@ -21,6 +21,8 @@ pub enum Reason {
     PodShardsRemoved,
     Rebuilt,
     RebuildRefused,
+    Redriven,
+    RedriveRefused,
     /// The spec could not be applied.
     Refused(Problem),
 }
@@ -37,13 +39,17 @@ impl Reason {
             Reason::PodShardsRemoved => "PodShardsRemoved",
             Reason::Rebuilt => "Rebuilt",
             Reason::RebuildRefused => "RebuildRefused",
+            Reason::Redriven => "Redriven",
+            Reason::RedriveRefused => "RedriveRefused",
             Reason::Refused(p) => p.as_str(),
         }
     }
 
     pub fn event_type(self) -> EventType {
         match self {
-            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved | Reason::Rebuilt => EventType::Normal,
+            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved | Reason::Rebuilt | Reason::Redriven => {
+                EventType::Normal
+            }
             _ => EventType::Warning,
         }
     }

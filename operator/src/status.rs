@@ -117,6 +117,7 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         handled_restart: i.previous.and_then(|p| p.handled_restart.clone()),
         handled_skip: i.previous.and_then(|p| p.handled_skip.clone()),
         handled_rebuild: i.previous.and_then(|p| p.handled_rebuild.clone()),
+        handled_redrive: i.previous.and_then(|p| p.handled_redrive.clone()),
         rebuild: rows.iter().find_map(|r| r.rebuild.as_ref().filter(|p| !p.complete)).map(|p| p.to_string()),
     }
 }

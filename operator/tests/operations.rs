@@ -361,3 +361,92 @@ async fn a_partition_change_while_a_partition_is_dead_is_refused_in_status() {
     })
     .await;
 }
+
+/// `highwater.dev/redrive`: a bad value and a non-dead-letter are refused with a `RedriveRefused`
+/// Warning; `<event id>` requests the redrive of a fixed poison event parked by `errorMode: skip`,
+/// which a dispatcher then applies exactly once, with a `Redriven` Event, the dead letter marked
+/// by the annotation's field manager, and the value recorded in `status.handledRedrive`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redrive_annotation_redrives_a_dead_letter_once_per_value() {
+    let w = world(&["Tick"]).await;
+    sqlx::raw_sql("CREATE TABLE fixed (ok boolean); CREATE TABLE seen (id bigint, x int)")
+        .execute(&w.pool)
+        .await
+        .unwrap();
+    let _op = Operator::start(&w, "op-1", false);
+    let ec = r#"
+apiVersion: highwater.dev/v1alpha1
+kind: EventConsumer
+metadata: {name: poisoned, namespace: shop}
+spec:
+  delivery: Shared
+  errorMode: skip
+  maxAttempts: 1
+  backoff: {initial: 50ms, max: 100ms}
+  sink: {sql: {statement: "INSERT INTO seen SELECT $2, 1 / (($1->>'n')::int + (SELECT count(*) FROM fixed))"}}
+"#;
+    assert!(apply(&w, ec).await.status.success());
+    eventually("Ready", Duration::from_secs(60), || async { jsonpath(&w, "{.status.state}").await == "Ready" }).await;
+    let (stop, d) = dispatcher(&w);
+    let good = append_n(&w, 1).await;
+    let poison = append_n(&w, 0).await;
+    eventually("the poison event parked", Duration::from_secs(60), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.dead_letters").fetch_one(&w.pool).await.unwrap()
+            == 1
+    })
+    .await;
+    let annotate = |v: String| {
+        let cp = &w.cp;
+        async move {
+            cp.kubectl_ok([
+                "annotate",
+                "ec",
+                "poisoned",
+                "-n",
+                "shop",
+                "--overwrite",
+                &format!("highwater.dev/redrive={v}"),
+            ])
+            .await
+            .unwrap();
+        }
+    };
+    annotate("everything".into()).await;
+    eventually("a RedriveRefused event", Duration::from_secs(30), || has_event(&w, "RedriveRefused")).await;
+    annotate(good.to_string()).await;
+    eventually("handledRedrive recorded", Duration::from_secs(30), || async {
+        jsonpath(&w, "{.status.handledRedrive}").await == good.to_string()
+    })
+    .await;
+    assert!(!has_event(&w, "Redriven").await, "an event that is not a dead letter is refused");
+
+    sqlx::query("INSERT INTO fixed VALUES (true)").execute(&w.pool).await.unwrap();
+    annotate(poison.to_string()).await;
+    eventually("a Redriven event", Duration::from_secs(30), || has_event(&w, "Redriven")).await;
+    eventually("the redrive applied", Duration::from_secs(30), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM seen WHERE id = $1")
+            .bind(poison)
+            .fetch_one(&w.pool)
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+    let (by, reason, redriven): (Option<String>, Option<String>, bool) = sqlx::query_as(
+        "SELECT redrive_by, redrive_reason, redriven_at IS NOT NULL FROM highwater.dead_letters WHERE event_id = $1",
+    )
+    .bind(poison)
+    .fetch_one(&w.pool)
+    .await
+    .unwrap();
+    assert!(redriven);
+    assert_eq!(by.as_deref(), Some("kubernetes:kubectl-annotate"));
+    assert_eq!(reason, Some(format!("annotation highwater.dev/redrive={poison} on shop/poisoned")));
+    assert_eq!(jsonpath(&w, "{.status.handledRedrive}").await, poison.to_string());
+    // Once per value: a later reconcile does not request it again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM seen").fetch_one(&w.pool).await.unwrap();
+    assert_eq!(seen, 2, "the good event and the redriven one, once each");
+    stop.cancel();
+    d.await.unwrap().unwrap();
+}

@@ -1,6 +1,7 @@
 //! `highwater consumer …`
 use std::{path::PathBuf, time::Duration};
 
+use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
 use super::Output;
@@ -37,6 +38,53 @@ pub enum ConsumerCmd {
     DeadLetters {
         /// Only this consumer's.
         name: Option<String>,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Deliver dead letters again through the consumer's sink (same idempotency key, tenant,
+    /// role, correlation and causation; exactly once for a SQL sink). Each is kept and marked
+    /// redriven with who, why and when; one that fails again stays a dead letter with the new
+    /// error. The cursor and live delivery are untouched. A dispatcher of the consumer's group
+    /// delivers them; this command waits for it (--wait).
+    Redrive {
+        name: String,
+        /// This event's dead letter only (refused unless it is one that can be redriven).
+        #[arg(long)]
+        event: Option<i64>,
+        /// Dead letters of events of this type.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// Dead letters whose error contains this text.
+        #[arg(long)]
+        error_contains: Option<String>,
+        /// Parked at or after this time (RFC 3339, or a duration ago such as 2h).
+        #[arg(long, value_parser = parse_time)]
+        since: Option<DateTime<Utc>>,
+        /// Parked before this time (RFC 3339, or a duration ago such as 30m).
+        #[arg(long, value_parser = parse_time)]
+        until: Option<DateTime<Utc>>,
+        /// Every dead letter of the consumer (that can be redriven).
+        #[arg(long)]
+        all: bool,
+        /// Only this instance's dead letters.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Print how many and which, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many deliveries per second, e.g. 10/s.
+        #[arg(long, value_parser = parse_rate)]
+        rate: Option<f64>,
+        /// Why, recorded on each dead letter.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Do not ask for confirmation (asked above 100 dead letters).
+        #[arg(short, long)]
+        yes: bool,
+        /// How long to wait for the deliveries (0: return once requested). Exit code 0: all
+        /// redriven; 1: some failed again (or refused); 2: some still pending at the end.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        wait: Duration,
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -171,6 +219,35 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
                 Output::Json => println!("{}", to_json(&rows)?),
             }
         }
+        ConsumerCmd::Redrive {
+            name,
+            event,
+            event_type,
+            error_contains,
+            since,
+            until,
+            all,
+            instance,
+            dry_run,
+            rate,
+            reason,
+            yes,
+            wait,
+            output,
+        } => {
+            let selection = ops::redrive::Selection {
+                consumer: name,
+                instance,
+                event,
+                event_type,
+                error_contains,
+                since,
+                until,
+                all,
+            };
+            let request = ops::redrive::Request { selection, by: os_user(), reason, rate, dry_run: true };
+            redrive(pool, request, dry_run, yes, wait, output).await?;
+        }
         ConsumerCmd::Delete { name } => {
             definitions::delete(pool, &name).await?;
             println!("eventconsumer/{name} deleted");
@@ -258,4 +335,143 @@ fn print_all<T: std::fmt::Display>(changes: impl IntoIterator<Item = T>) {
 
 fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
     Ok(serde_json::to_string_pretty(rows)?)
+}
+
+/// Above this many dead letters, `consumer redrive` asks before it requests (unless `--yes`).
+pub const REDRIVE_CONFIRM_ABOVE: usize = 100;
+
+async fn redrive(
+    pool: &sqlx::PgPool,
+    mut request: ops::redrive::Request,
+    dry_run: bool,
+    yes: bool,
+    wait: Duration,
+    output: Output,
+) -> Result<()> {
+    use ops::redrive;
+    let consumer = request.selection.consumer.clone();
+    // The selection first, without a change: what a dry run prints, and what a confirmation asks.
+    let preview = redrive::redrive(pool, &request).await?;
+    if dry_run {
+        match output {
+            Output::Table => print!("{}", render_plan(&preview, true)),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&preview)?),
+        }
+        return Ok(());
+    }
+    let n = preview.selected.len();
+    if n > REDRIVE_CONFIRM_ABOVE && !yes {
+        confirm(&consumer, n)?;
+    }
+    request.dry_run = false;
+    let plan = redrive::redrive(pool, &request).await?;
+    if output == Output::Table {
+        print!("{}", render_plan(&plan, false));
+    }
+    let progress =
+        if wait.is_zero() { redrive::progress(pool, &plan).await? } else { redrive::wait(pool, &plan, wait).await? };
+    match output {
+        Output::Table => {
+            for (id, error) in &progress.failed {
+                let error: String = error.replace(['\n', '\r'], " ").chars().take(200).collect();
+                println!("event {id}: redrive failed, a dead letter again: {error}");
+            }
+            println!(
+                "eventconsumer/{consumer}: {} redriven, {} failed again, {} pending",
+                progress.redriven,
+                progress.failed.len(),
+                progress.pending
+            );
+        }
+        Output::Json => {
+            let both = serde_json::json!({ "plan": plan, "progress": progress });
+            println!("{}", serde_json::to_string_pretty(&both)?);
+        }
+    }
+    if !progress.failed.is_empty() {
+        return Err(Error::refused(format!("{} of {n} redriven dead letters failed again", progress.failed.len()))
+            .with_fix(format!(
+                "fix the cause, then redrive them again (`highwater consumer dead-letters {consumer}`)"
+            )));
+    }
+    if progress.pending > 0 && !wait.is_zero() {
+        eprintln!(
+            "{} still pending after {}: no dispatcher of the consumer's group has delivered them yet (is one \
+             running, and the shard idle or processing? `highwater consumer status {consumer}`)",
+            progress.pending,
+            humantime::format_duration(wait)
+        );
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+/// Asks on a terminal; refuses without one.
+fn confirm(consumer: &str, n: usize) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let question = format!("redrive {n} dead letters of consumer {consumer}");
+    if !std::io::stdin().is_terminal() {
+        return Err(Error::refused(format!("{question}: more than {REDRIVE_CONFIRM_ABOVE} need a confirmation"))
+            .with_fix("check them with --dry-run, then pass --yes"));
+    }
+    print!("{question}? Type yes to go on: ");
+    std::io::stdout().flush().map_err(Error::io("stdout"))?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer).map_err(Error::io("stdin"))?;
+    if answer.trim() != "yes" {
+        return Err(Error::refused("redrive not confirmed; nothing changed"));
+    }
+    Ok(())
+}
+
+fn render_plan(p: &ops::redrive::Plan, dry_run: bool) -> String {
+    let mut out = if dry_run {
+        format!(
+            "would redrive {} dead letter(s) of consumer {} (dry run: nothing changed)\n",
+            p.selected.len(),
+            p.consumer
+        )
+    } else {
+        format!("redrive of {} dead letter(s) of consumer {} requested\n", p.selected.len(), p.consumer)
+    };
+    for s in &p.selected {
+        let error: String = s.error.replace(['\n', '\r'], " ").chars().take(80).collect();
+        out.push_str(&format!(
+            "  event {:>10}  {:<20} {:<30} instance {:<22} {}\n",
+            s.event_id, s.event_type, s.stream, s.instance_id, error
+        ));
+    }
+    for l in &p.left_out {
+        out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
+    }
+    out
+}
+
+/// Who runs this command, as recorded on each dead letter: the OS user.
+fn os_user() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(u)) => u.name,
+        _ => std::env::var("USER").unwrap_or_else(|_| format!("uid {uid}")),
+    }
+}
+
+/// An RFC 3339 time, or a duration before now.
+fn parse_time(s: &str) -> std::result::Result<DateTime<Utc>, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let ago = humantime::parse_duration(s)
+        .map_err(|_| format!("{s:?} is neither an RFC 3339 time (2026-01-31T12:00:00Z) nor a duration ago (2h)"))?;
+    let ago = chrono::Duration::from_std(ago).map_err(|e| e.to_string())?;
+    Ok(Utc::now() - ago)
+}
+
+/// `N/s` or `N`: deliveries per second.
+fn parse_rate(s: &str) -> std::result::Result<f64, String> {
+    let n = s.strip_suffix("/s").unwrap_or(s);
+    match n.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("{s:?} is not a rate such as 10/s")),
+    }
 }

@@ -9,7 +9,7 @@ mod events;
 mod migrate;
 mod roles;
 
-pub use consumer::ConsumerCmd;
+pub use consumer::{ConsumerCmd, REDRIVE_CONFIRM_ABOVE};
 pub use events::EventsCmd;
 
 pub use crate::logging::{LogFormat, init_tracing};
@@ -113,6 +113,11 @@ pub struct DispatchArgs {
     /// from HIGHWATER_SSE_TOKENS (comma-separated), kept out of the command line.
     #[arg(long, env = "HIGHWATER_SSE_TOKENS_FILE")]
     pub sse_tokens_file: Option<PathBuf>,
+    /// File of bearer tokens (one per line) that `POST /v1/consumers/{name}/redrive` requires
+    /// (none configured: that endpoint answers 401). Also from HIGHWATER_OPS_TOKENS
+    /// (comma-separated). Keep them apart from the SSE tokens: they redeliver events.
+    #[arg(long, env = "HIGHWATER_OPS_TOKENS_FILE")]
+    pub ops_tokens_file: Option<PathBuf>,
     /// Hosts webhook sinks may reach: a name (hooks.example.com), a wildcard (*.example.com), an
     /// address or a network (10.0.0.0/8); repeat or separate with commas. Unset: any host.
     #[arg(long = "webhook-allow", env = "HIGHWATER_WEBHOOK_ALLOW", value_delimiter = ',')]
@@ -206,6 +211,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.sse_tokens = crate::sse::Tokens::load(
                 std::env::var("HIGHWATER_SSE_TOKENS").ok().as_deref(),
                 a.sse_tokens_file.as_deref(),
+            )?;
+            cfg.ops_tokens = crate::sse::Tokens::load_named(
+                "ops",
+                std::env::var("HIGHWATER_OPS_TOKENS").ok().as_deref(),
+                a.ops_tokens_file.as_deref(),
             )?;
             cfg.webhook_targets =
                 std::sync::Arc::new(crate::sink::TargetPolicy::new(&a.webhook_allow, a.webhook_block_private)?);

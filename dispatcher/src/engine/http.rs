@@ -1,5 +1,6 @@
 //! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz`, the SSE streams and the
-//! read-your-writes wait (`/v1/consumers/{name}/applied`), and `/openapi.json`, their description
+//! read-your-writes wait (`/v1/consumers/{name}/applied`), the redrive of dead letters
+//! (`/v1/consumers/{name}/redrive`), and `/openapi.json`, their description
 //! (docs/openapi.json, embedded; tests/openapi.rs keeps it true to this router).
 use std::{
     net::SocketAddr,
@@ -15,12 +16,12 @@ use axum::{
     extract::State,
     http::{StatusCode, header},
     response::IntoResponse,
-    routing::get,
+    routing::{get, post},
 };
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, metrics::Metrics, sse, wait_http};
+use crate::{Error, Result, metrics::Metrics, redrive_http, sse, wait_http};
 
 #[derive(Clone)]
 pub struct Health {
@@ -47,6 +48,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     health: Health,
     sse: sse::SseState,
+    ops: redrive_http::OpsState,
     stop: CancellationToken,
 ) {
     let app = Router::new()
@@ -61,6 +63,7 @@ pub async fn serve(
                 .route("/v1/consumers/{name}/applied", get(wait_http::applied_handler))
                 .with_state(sse),
         )
+        .merge(Router::new().route("/v1/consumers/{name}/redrive", post(redrive_http::redrive_handler)).with_state(ops))
         // A path no route matches: plain text, as every other refusal of this server.
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such endpoint: GET /openapi.json lists them\n") });
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {

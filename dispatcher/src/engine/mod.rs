@@ -4,6 +4,7 @@ pub mod dispatch;
 pub mod http;
 pub mod instance;
 pub mod metrics;
+pub mod redrive_http;
 pub mod sink;
 pub mod sse;
 pub mod wait;

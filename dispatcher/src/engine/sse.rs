@@ -87,11 +87,16 @@ pub struct Tokens(Vec<String>);
 impl Tokens {
     /// From `HIGHWATER_SSE_TOKENS` (comma-separated) and/or a file with one token per line.
     pub fn load(env: Option<&str>, file: Option<&std::path::Path>) -> Result<Self> {
+        Self::load_named("SSE", env, file)
+    }
+
+    /// [`Tokens::load`] for the tokens of `what` (named in a read error).
+    pub fn load_named(what: &str, env: Option<&str>, file: Option<&std::path::Path>) -> Result<Self> {
         let mut v: Vec<String> =
             env.unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect();
         if let Some(f) = file {
             let text = std::fs::read_to_string(f)
-                .map_err(crate::Error::io(format!("reading SSE tokens from {}", f.display())))?;
+                .map_err(crate::Error::io(format!("reading {what} tokens from {}", f.display())))?;
             v.extend(text.lines().map(str::trim).filter(|t| !t.is_empty() && !t.starts_with('#')).map(str::to_owned));
         }
         Ok(Tokens(v))
@@ -102,13 +107,17 @@ impl Tokens {
     }
 
     pub(crate) fn allows(&self, headers: &HeaderMap) -> bool {
-        let Some(given) =
-            headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))
-        else {
-            return false;
-        };
+        self.which(headers).is_some()
+    }
+
+    /// The position in the list of the token the request presents, if it is one of them.
+    pub(crate) fn which(&self, headers: &HeaderMap) -> Option<usize> {
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer "))?;
         // Compare every token fully so timing says nothing about which prefix matched.
-        self.0.iter().fold(false, |ok, t| ok | constant_time_eq(t.as_bytes(), given.trim().as_bytes()))
+        self.0.iter().enumerate().fold(None, |found, (i, t)| {
+            if constant_time_eq(t.as_bytes(), given.trim().as_bytes()) { found.or(Some(i)) } else { found }
+        })
     }
 }
 

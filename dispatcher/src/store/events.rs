@@ -201,3 +201,63 @@ pub(crate) fn events_from_arrays(row: &PgRow) -> Result<Vec<Event>> {
 /// Columns of [`EventRow`], for queries that read events.
 pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
      e.stream_version, e.event_type, e.tenant_id, e.payload, e.metadata, e.created_at";
+
+/// Which events of a stream [`read_stream`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct StreamRead {
+    pub stream_type: String,
+    pub stream_id: String,
+    /// Only events created at or before this time (the stream as it was then).
+    pub as_of: Option<DateTime<Utc>>,
+    /// Only events up to this stream version (refused for a stream without versions).
+    pub to_version: Option<i64>,
+}
+
+/// A stream's committed events in delivery order, `(tx_id, id)`, which for a versioned stream is
+/// version order (`events_order_after_previous_version`, docs/delivery.md): what a consumer is
+/// delivered, and what an application loading an aggregate folds. Refuses a stream without any
+/// event, and `to_version` for a stream without versions.
+pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Event>> {
+    let stream = format!("{}/{}", r.stream_type, r.stream_id);
+    let (any, versioned): (bool, bool) = sqlx::query_as(
+        "SELECT count(*) > 0, bool_or(stream_version IS NOT NULL) IS TRUE
+           FROM highwater.events WHERE stream_type = $1 AND stream_id = $2",
+    )
+    .bind(&r.stream_type)
+    .bind(&r.stream_id)
+    .fetch_one(pool)
+    .await?;
+    if !any {
+        return Err(Error::refused(format!("stream {stream} has no events (never appended to, or pruned)")).with_fix(
+            "name it as STREAM_TYPE/STREAM_ID, exactly as appended (case matters): e.g. --stream order/o-17",
+        ));
+    }
+    if let Some(v) = r.to_version {
+        if !versioned {
+            return Err(Error::refused(format!(
+                "stream {stream} has no versions (its events were appended without expected_version): --to-version {v} cannot apply"
+            ))
+            .with_fix("use --as-of TIME, or read the whole stream"));
+        }
+        if v < 1 {
+            return Err(Error::refused(format!("--to-version {v}: stream versions start at 1"))
+                .with_fix("--to-version 1 or more"));
+        }
+    }
+    let rows: Vec<EventRow> = sqlx::query_as(
+        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata,
+                created_at
+           FROM highwater.events
+          WHERE stream_type = $1 AND stream_id = $2
+            AND ($3::timestamptz IS NULL OR created_at <= $3)
+            AND ($4::bigint IS NULL OR stream_version <= $4)
+          ORDER BY tx_id, id",
+    )
+    .bind(&r.stream_type)
+    .bind(&r.stream_id)
+    .bind(r.as_of)
+    .bind(r.to_version)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter().map(Event::try_from).collect()
+}

@@ -1,6 +1,6 @@
 //! The delivery loop: one process runs every consumer of its group, one task per shard.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     net::SocketAddr,
     sync::{Arc, atomic::AtomicBool},
     time::Duration,
@@ -17,6 +17,7 @@ mod membership;
 mod observe;
 mod partitions;
 pub mod pass;
+mod redrive;
 mod wakeup;
 mod worker;
 
@@ -47,6 +48,8 @@ pub struct DispatchConfig {
     pub metrics_interval: Duration,
     /// Bearer tokens SSE clients must present.
     pub sse_tokens: sse::Tokens,
+    /// Bearer tokens `POST /v1/consumers/{name}/redrive` requires (none: the endpoint answers 401).
+    pub ops_tokens: sse::Tokens,
     /// Which hosts webhook sinks may reach.
     pub webhook_targets: Arc<sink::TargetPolicy>,
     pub startup: Startup,
@@ -79,6 +82,7 @@ impl DispatchConfig {
             listen: None,
             metrics_interval: Duration::from_secs(5),
             sse_tokens: sse::Tokens::default(),
+            ops_tokens: sse::Tokens::default(),
             webhook_targets: Arc::default(),
             startup: Startup::default(),
         }
@@ -108,6 +112,9 @@ struct Env {
     /// Halted (dead, disabled) shards look again at every refresh, in case they were changed
     /// without a notification (by hand in SQL, say).
     refresh_tx: watch::Sender<u64>,
+    /// The `(consumer, shard)` pairs with redrive requests pending, read at every reload (so that
+    /// a lost notification delays a redrive by one refresh interval at most).
+    redrive_tx: watch::Sender<Arc<Redrives>>,
     members_tx: watch::Sender<Arc<membership::Members>>,
     /// Whether the group has a partitioned consumer: the liveness refresh runs fast only then.
     partitioned_tx: watch::Sender<bool>,
@@ -130,6 +137,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         head_rx,
         nudge_tx: watch::channel(0u64).0,
         refresh_tx: watch::channel(0u64).0,
+        redrive_tx: watch::channel(Arc::default()).0,
         members_tx: watch::channel(Arc::new(membership::Members::alone(&cfg.instance_id))).0,
         partitioned_tx: watch::channel(false).0,
         metrics: Arc::new(Metrics::new()),
@@ -146,7 +154,8 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         tracing::info!(address = %listener.local_addr().map_err(Error::io("listener address"))?, "serving /metrics, /healthz, /readyz, /v1/consumers/{{name}}/events");
         let health = http::Health { pool: pool.clone(), ready: ready.clone() };
         let sse_state = sse::SseState { hub: env.hub.clone(), tokens: cfg.sse_tokens.clone(), pool: pool.clone() };
-        tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, bg.clone()));
+        let ops = crate::redrive_http::OpsState { tokens: cfg.ops_tokens.clone(), pool: pool.clone() };
+        tokio::spawn(http::serve(listener, env.metrics.clone(), health, sse_state, ops, bg.clone()));
     }
 
     let mut running: HashMap<String, Running> = HashMap::new();
@@ -254,6 +263,7 @@ async fn serve(
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.nudge_tx.send_modify(|g| *g += 1);
+                look_for_redrives(env, running).await;
             }
             _ = refresh.tick() => {
                 if !crate::migrate::window::still_inside(&env.pool).await {
@@ -263,6 +273,7 @@ async fn serve(
                     tracing::warn!(error = %e, "reloading consumer definitions failed");
                 }
                 env.refresh_tx.send_modify(|g| *g += 1);
+                look_for_redrives(env, running).await;
             }
             _ = heartbeat.tick() => {
                 if let Err(e) = shards::heartbeat(&env.pool, &cfg.instance_id).await {
@@ -270,6 +281,30 @@ async fn serve(
                 }
             }
         }
+    }
+}
+
+/// Shards (consumer, instance) with redrive requests pending.
+pub type Redrives = HashSet<(String, String)>;
+
+/// One statement for the running consumers: which of their shards have redrive requests pending;
+/// the workers of those shards look for the ones due.
+async fn look_for_redrives(env: &Env, running: &HashMap<String, Running>) {
+    let consumers: Vec<&str> = running.keys().map(String::as_str).collect();
+    if consumers.is_empty() {
+        return;
+    }
+    match crate::ops::redrive::shards_with_requests(&env.pool, &consumers).await {
+        Ok(pending) => {
+            let pending: Redrives = pending.into_iter().collect();
+            // Unchanged and empty: nothing to wake a worker for.
+            env.redrive_tx.send_if_modified(|p| {
+                let wake = !pending.is_empty() || **p != pending;
+                *p = Arc::new(pending);
+                wake
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "looking for redrive requests failed"),
     }
 }
 
@@ -377,6 +412,7 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
                 worker::Wakeups {
                     nudge: env.nudge_tx.subscribe(),
                     refresh: env.refresh_tx.subscribe(),
+                    redrive: env.redrive_tx.subscribe(),
                     members: env.members_tx.subscribe(),
                 },
                 stop.clone(),

@@ -67,11 +67,11 @@ impl ShardCtx {
 /// A shard's claim, carried from one pass to the next while a backlog lasts, with the next
 /// batch when it was read ahead ([`read_ahead`]).
 pub struct Claim {
-    lock: ShardLock,
-    next: Option<(Shard, Batch)>,
+    pub(super) lock: ShardLock,
+    pub(super) next: Option<(Shard, Batch)>,
     /// The sink's `prepare` succeeded on this claim's connection: what it creates lives as long
     /// as the session, so the passes after the first skip its round trip.
-    prepared: bool,
+    pub(super) prepared: bool,
 }
 
 impl Claim {

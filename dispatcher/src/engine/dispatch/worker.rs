@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     membership::Members,
     pass::{self, Outcome, ShardCtx},
+    redrive::{self, Redriven},
     wakeup::Head,
 };
 use crate::{
@@ -20,6 +21,8 @@ use crate::{
 pub struct Wakeups {
     pub nudge: watch::Receiver<u64>,
     pub refresh: watch::Receiver<u64>,
+    /// The shards with redrive requests pending, from the dispatcher's reloads.
+    pub redrive: watch::Receiver<Arc<super::Redrives>>,
     /// The group's live dispatchers: a partition's worker delivers only while it is this
     /// dispatcher's share.
     pub members: watch::Receiver<Arc<Members>>,
@@ -72,7 +75,11 @@ pub async fn run(
     // noted before this worker ran (by a dispatcher since restarted, or a sink that could not be
     // built then) must not outlive the first pass that works.
     let mut noted = true;
-    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, members: mut members_rx } = wakeups;
+    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, redrive: mut redrive_rx, members: mut members_rx } =
+        wakeups;
+    let key = (ctx.consumer.clone(), ctx.instance_id.clone());
+    // When to look for redrive requests due on this shard: `None` while none is known.
+    let mut redrive_at: Option<Instant> = redrive_rx.borrow_and_update().contains(&key).then(Instant::now);
     let mut owned = Owned { ctx: &ctx, on: false };
     loop {
         if stop.is_cancelled() {
@@ -93,6 +100,16 @@ pub async fn run(
             }
             force = true;
             continue;
+        }
+        if redrive_at.is_some_and(|t| t <= Instant::now()) {
+            redrive_at = match redrive::run(&ctx, &mut claim).await {
+                Ok(Redriven::Busy) => Some(Instant::now() + poll * 10),
+                Ok(Redriven::Done { next, .. }) => next.map(|d| Instant::now() + d),
+                Err(e) => {
+                    tracing::error!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "redrive failed");
+                    Some(Instant::now() + Duration::from_secs(1))
+                }
+            };
         }
         let head = head_rx.borrow_and_update().position;
         let behind = match (known, head) {
@@ -160,7 +177,8 @@ pub async fn run(
                 }
             }
         }
-        let sleep_until = retry_at.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let sleep_until = [retry_at, redrive_at].into_iter().flatten().min();
+        let sleep_until = sleep_until.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = stop.cancelled() => return,
             r = head_rx.changed() => if r.is_err() { return },
@@ -173,6 +191,12 @@ pub async fn run(
                 force = halted;
             }
             r = members_rx.changed() => if r.is_err() { return },
+            r = redrive_rx.changed() => {
+                if r.is_err() { return }
+                if redrive_rx.borrow_and_update().contains(&key) {
+                    redrive_at = Some(Instant::now());
+                }
+            }
             _ = tokio::time::sleep_until(sleep_until) => {}
         }
     }

@@ -24,6 +24,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("remember_raised_tx_id", include_str!("../../../../migrations/definitions/remember_raised_tx_id.sql")),
     ("record_pruned", include_str!("../../../../migrations/definitions/record_pruned.sql")),
     ("notify_applied", include_str!("../../../../migrations/definitions/notify_applied.sql")),
+    ("dead_letter_parked_again", include_str!("../../../../migrations/definitions/dead_letter_parked_again.sql")),
     ("trigger_events_notify", include_str!("../../../../migrations/definitions/trigger_events_notify.sql")),
     (
         "trigger_events_advance_stream_version",
@@ -44,5 +45,9 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     (
         "trigger_consumer_shards_notify_applied_insert",
         include_str!("../../../../migrations/definitions/trigger_consumer_shards_notify_applied_insert.sql"),
+    ),
+    (
+        "trigger_dead_letters_parked_again",
+        include_str!("../../../../migrations/definitions/trigger_dead_letters_parked_again.sql"),
     ),
 ];

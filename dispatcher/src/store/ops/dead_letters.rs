@@ -16,12 +16,23 @@ pub struct DeadLetter {
     pub attempts: i32,
     pub error: String,
     pub created_at: DateTime<Utc>,
+    /// `dead`, `pending` (a redrive was requested and is not delivered yet) or `redriven`.
+    pub state: String,
+    /// Who asked for the last redrive, and why (`consumer redrive --reason`).
+    pub redrive_by: Option<String>,
+    pub redrive_reason: Option<String>,
+    pub redrive_requested_at: Option<DateTime<Utc>>,
+    /// When the redrive was applied (SQL sink) or acknowledged (external sinks).
+    pub redriven_at: Option<DateTime<Utc>>,
 }
 
 /// Oldest first; every consumer's when `consumer` is `None`.
 pub async fn dead_letters(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<DeadLetter>> {
     Ok(sqlx::query_as(
-        "SELECT d.consumer, d.instance_id, d.event_id, e.event_type, d.attempts, d.error, d.created_at
+        "SELECT d.consumer, d.instance_id, d.event_id, e.event_type, d.attempts, d.error, d.created_at,
+                CASE WHEN d.redrive_at IS NOT NULL THEN 'pending'
+                     WHEN d.redriven_at IS NOT NULL THEN 'redriven' ELSE 'dead' END AS state,
+                d.redrive_by, d.redrive_reason, d.redrive_requested_at, d.redriven_at
            FROM highwater.dead_letters d
            LEFT JOIN highwater.events e ON e.id = d.event_id
           WHERE $1::text IS NULL OR d.consumer = $1
@@ -35,21 +46,38 @@ pub async fn dead_letters(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<D
 /// One line per dead letter; the error on one line, cut to fit a terminal.
 pub fn render_dead_letters(rows: &[DeadLetter]) -> String {
     let mut out = format!(
-        "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {}\n",
-        "CONSUMER", "INSTANCE", "EVENT", "TYPE", "ATTEMPTS", "PARKED AT", "ERROR"
+        "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {:<9} {}\n",
+        "CONSUMER", "INSTANCE", "EVENT", "TYPE", "ATTEMPTS", "PARKED AT", "STATE", "ERROR"
     );
     for d in rows {
         let error: String = d.error.replace(['\n', '\r'], " ").chars().take(100).collect();
         out.push_str(&format!(
-            "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {}\n",
+            "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {:<9} {}{}\n",
             d.consumer,
             d.instance_id,
             d.event_id,
             d.event_type.as_deref().unwrap_or("(pruned)"),
             d.attempts,
             d.created_at.format("%Y-%m-%d %H:%M:%S"),
-            error
+            d.state,
+            error,
+            redrive_note(d)
         ));
     }
     out
+}
+
+/// ` (redriven at T by U: reason)` and the like, after the error.
+fn redrive_note(d: &DeadLetter) -> String {
+    let by = d.redrive_by.as_deref().unwrap_or("?");
+    let reason = d.redrive_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+    let at = |t: &Option<DateTime<Utc>>| t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_default();
+    match d.state.as_str() {
+        "redriven" => format!(" (redriven at {} by {by}{reason})", at(&d.redriven_at)),
+        "pending" => format!(" (redrive requested at {} by {by}{reason})", at(&d.redrive_requested_at)),
+        _ if d.redrive_requested_at.is_some() => {
+            format!(" (after a redrive requested at {} by {by}{reason})", at(&d.redrive_requested_at))
+        }
+        _ => String::new(),
+    }
 }

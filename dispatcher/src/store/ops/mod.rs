@@ -2,6 +2,7 @@
 mod dead_letters;
 mod gc;
 mod rebuild;
+pub mod redrive;
 mod rewind;
 mod scope;
 mod status;
