@@ -34,7 +34,7 @@ COPY ${PREBUILT_DIR}/highwater ${PREBUILT_DIR}/highwater-operator /out/
 FROM ${BINARIES} AS binaries
 
 FROM ${BASE}
-ARG VERSION=0.3.0
+ARG VERSION=0.4.0
 ARG REVISION=unknown
 ARG SOURCE=https://example.invalid/highwater
 LABEL org.opencontainers.image.title="highwater" \

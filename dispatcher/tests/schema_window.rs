@@ -14,7 +14,10 @@ use std::{
 use common::*;
 use highwater::{
     NewEvent, append,
-    migrate::{self, Options, Plan, Step},
+    migrate::{
+        self, Options, Plan, Step,
+        window::{RELEASE, SCHEMA_VERSION},
+    },
 };
 use serde_json::json;
 
@@ -43,18 +46,20 @@ async fn every_command_refuses_a_schema_outside_its_window() {
     assert_eq!(code, 0, "inside the window: {out}");
 
     // A newer release migrated with a breaking step: this binary is older than the window.
-    set_window(&db, 5, 4, "9.1.0").await;
+    set_window(&db, SCHEMA_VERSION + 2, SCHEMA_VERSION + 1, "9.1.0").await;
     for args in [&["consumer", "list"][..], &["event-types", "list"], &["dispatch", "--connect-timeout", "5s"]] {
         let started = Instant::now();
         let (code, out) = cli(&db.url, args);
         assert_eq!(code, 1, "{args:?}: {out}");
-        assert!(out.contains("no longer supports this binary (release 0.3.0, schema version 3)"), "{args:?}: {out}");
+        let this = format!("no longer supports this binary (release {RELEASE}, schema version {SCHEMA_VERSION})");
+        assert!(out.contains(&this), "{args:?}: {out}");
         assert!(out.contains("fix: run the image of release 9.1.0 or newer"), "{args:?}: {out}");
         assert!(started.elapsed() < Duration::from_secs(4), "{args:?} refused at once, not after retries");
     }
     let (code, out) = cli(&db.url, &["migrate"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("migrated by release 9.1.0 (schema version 5), newer than this binary"), "{out}");
+    let newer = format!("migrated by release 9.1.0 (schema version {}), newer than this binary", SCHEMA_VERSION + 2);
+    assert!(out.contains(&newer), "{out}");
 
     // A schema older than this binary: migrate first.
     set_window(&db, 2, 1, "0.2.0").await;
@@ -77,7 +82,7 @@ async fn a_running_dispatcher_exits_0_when_the_schema_moves_past_it() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(d.child.try_wait().unwrap().is_none(), "runs inside the window");
 
-    set_window(&db, 4, 4, "0.4.0").await;
+    set_window(&db, SCHEMA_VERSION + 1, SCHEMA_VERSION + 1, "9.0.0").await;
     sqlx::query("SELECT pg_notify('highwater_control', 'schema')").execute(&db.pool).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
@@ -112,7 +117,8 @@ async fn a_breaking_step_is_refused_while_older_dispatchers_live_unless_forced()
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "current-0", logs.path());
     eventually("the dispatcher registers as live", Duration::from_secs(15), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.dispatchers WHERE binary_schema = 3")
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM highwater.dispatchers WHERE binary_schema = $1")
+            .bind(SCHEMA_VERSION)
             .fetch_one(&db.pool)
             .await
             .unwrap()
@@ -125,10 +131,16 @@ async fn a_breaking_step_is_refused_while_older_dispatchers_live_unless_forced()
         .await
         .unwrap();
 
-    // A step that only binaries of schema 3 survive: the live ones are of 3 and older.
-    let err = migrate::run_plan(&db.pool, &with_breaking_step(4), &Options::default()).await.unwrap_err().to_string();
+    // A step that only binaries newer than this one survive: the live ones are this one and older.
+    let err = migrate::run_plan(&db.pool, &with_breaking_step(SCHEMA_VERSION + 1), &Options::default())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("migration 29991231000000 (contract) is breaking"), "{err}");
-    assert!(err.contains("current-0 (schema 3)") && err.contains("old-0 (before 0.3.0)"), "{err}");
+    assert!(
+        err.contains(&format!("current-0 (schema {SCHEMA_VERSION})")) && err.contains("old-0 (before 0.3.0)"),
+        "{err}"
+    );
     assert!(err.contains("--force"), "{err}");
     let applied: i64 =
         sqlx::query_scalar("SELECT count(*) FROM highwater._sqlx_migrations WHERE version = 29991231000000")
@@ -137,15 +149,20 @@ async fn a_breaking_step_is_refused_while_older_dispatchers_live_unless_forced()
             .unwrap();
     assert_eq!(applied, 0, "nothing applied");
 
-    // A step binaries of schema 3 survive is not refused by them, only by the older one.
+    // A step binaries of this schema survive is not refused by them, only by the older one.
     sqlx::query("DELETE FROM highwater.dispatchers WHERE instance_id = 'old-0'").execute(&db.pool).await.unwrap();
-    let r = migrate::run_plan(&db.pool, &with_breaking_step(3), &Options { force: false, ..Default::default() }).await;
+    let r = migrate::run_plan(
+        &db.pool,
+        &with_breaking_step(SCHEMA_VERSION),
+        &Options { force: false, ..Default::default() },
+    )
+    .await;
     assert!(r.is_ok(), "{r:?}");
     let window: (i32, i32) = sqlx::query_as("SELECT version, oldest_binary FROM highwater.schema_version")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(window, (4, 3));
+    assert_eq!(window, (SCHEMA_VERSION + 1, SCHEMA_VERSION));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,17 +172,21 @@ async fn forcing_a_breaking_step_applies_it_and_raises_the_window() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let r = migrate::run_plan(&db.pool, &with_breaking_step(4), &Options { force: true, ..Default::default() })
-        .await
-        .unwrap();
+    let r = migrate::run_plan(
+        &db.pool,
+        &with_breaking_step(SCHEMA_VERSION + 1),
+        &Options { force: true, ..Default::default() },
+    )
+    .await
+    .unwrap();
     assert_eq!(r.applied, vec![29991231000000]);
     let window: (i32, i32) = sqlx::query_as("SELECT version, oldest_binary FROM highwater.schema_version")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    assert_eq!(window, (4, 4), "the schema now refuses binaries before schema 4");
+    assert_eq!(window, (SCHEMA_VERSION + 1, SCHEMA_VERSION + 1), "the schema now refuses this binary");
     let (code, out) = cli(&db.url, &["consumer", "list"]);
-    assert_eq!(code, 1, "this binary (schema 3) is now outside: {out}");
+    assert_eq!(code, 1, "this binary (schema {SCHEMA_VERSION}) is now outside: {out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

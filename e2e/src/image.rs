@@ -500,7 +500,7 @@ pub fn libraries(programs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(found.into_iter().collect())
 }
 
-/// The revision `program --version` reports ("highwater 0.3.0 (abc1234)" → "abc1234").
+/// The revision `program --version` reports ("highwater 0.4.0 (abc1234)" → "abc1234").
 fn revision_of(program: &Path) -> String {
     Command::new(program)
         .arg("--version")
