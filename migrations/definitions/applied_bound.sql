@@ -6,6 +6,8 @@
 -- applied anywhere: never reported early). STABLE, so every statement inside reads the caller's
 -- one snapshot: cursor and fence agree. The cursor is read into variables (bind parameters): an
 -- index condition on (tx_id, id).
+-- A consumer of one type looks in the index on (event_type, tx_id, id) (20261204000100_type_index.sql):
+-- the walk of (tx_id, id) passes every other type's event after a lagging cursor.
 -- History: 20261201000010_read_your_writes.sql, partitions in 20261201000040_partitioned_consumers.sql.
 CREATE OR REPLACE FUNCTION highwater.applied_bound(p_consumer text, p_instance text DEFAULT NULL)
 RETURNS xid8
@@ -38,11 +40,19 @@ BEGIN
                     ELSE p_instance IS NULL OR s.instance_id = p_instance END
     LOOP
         v_shards := v_shards + 1;
-        SELECT e.tx_id INTO v_first FROM highwater.events e
-         WHERE (e.tx_id, e.id) > (v_tx, v_id) AND e.tx_id >= v_tx AND e.tx_id < v_fence
-           AND (cardinality(v_types) = 0 OR e.event_type = ANY (v_types))
-           AND (v_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, v_parts) = v_part)
-         ORDER BY e.tx_id, e.id LIMIT 1;
+        IF cardinality(v_types) = 1 THEN
+            SELECT e.tx_id INTO v_first FROM highwater.events e
+             WHERE e.event_type = v_types[1]
+               AND (e.tx_id, e.id) > (v_tx, v_id) AND e.tx_id >= v_tx AND e.tx_id < v_fence
+               AND (v_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, v_parts) = v_part)
+             ORDER BY e.tx_id, e.id LIMIT 1;
+        ELSE
+            SELECT e.tx_id INTO v_first FROM highwater.events e
+             WHERE (e.tx_id, e.id) > (v_tx, v_id) AND e.tx_id >= v_tx AND e.tx_id < v_fence
+               AND (cardinality(v_types) = 0 OR e.event_type = ANY (v_types))
+               AND (v_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, v_parts) = v_part)
+             ORDER BY e.tx_id, e.id LIMIT 1;
+        END IF;
         IF FOUND AND v_first < v_bound THEN
             v_bound := v_first;
         END IF;

@@ -2,6 +2,7 @@
 -- prefix changes whenever the code that sql_sink_prepare generates changes, so that a session
 -- that made the old functions makes the new ones on its next prepare instead of reusing the old
 -- ones (they go with the session): `hw_sink_` (20261201000001_sql_sink_batch.sql), `hw_sink2_`
--- (20261202000030_sql_sink_simple_calls.sql), `hw_sink3_` (20261202000040_sql_sink_range_read.sql).
+-- (20261202000030_sql_sink_simple_calls.sql), `hw_sink3_` (20261202000040_sql_sink_range_read.sql), `hw_sink4_`
+-- (20261204000100_type_index.sql).
 CREATE OR REPLACE FUNCTION highwater.sql_sink_name(p_form text, p_statement text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$ SELECT 'hw_sink3_' || md5(p_form || ':' || p_statement) $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT 'hw_sink4_' || md5(p_form || ':' || p_statement) $$;

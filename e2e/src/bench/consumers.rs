@@ -3,7 +3,9 @@
 //! once in all while there are no more consumers than types; beyond, each type goes to several
 //! consumers). Reported per count: the drain's time, deliveries per second, and PostgreSQL's and
 //! the dispatcher's CPU per delivered event, the server's against the one-consumer drain's: how
-//! the database's work grows with the number of consumers.
+//! the database's work grows with the number of consumers. Then again over a skewed mix: one hot
+//! type with 90% of the events, the other types sharing the rest, so that most consumers have a
+//! few events in a long range of the hot type's.
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -24,6 +26,22 @@ fn selected(i: usize, n: usize, types: usize) -> Vec<String> {
     if n <= types { (i..types).step_by(n).map(|t| format!("T{t}")).collect() } else { vec![format!("T{}", i % types)] }
 }
 
+/// How the backlog's events are spread over the types.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    Uniform,
+    /// T0 gets nine events in ten, the other types share the tenth.
+    Skewed,
+}
+
+/// The type of event `g` (from 1) as SQL over `g` and `$2`, the number of types.
+fn type_of(mix: Mix) -> &'static str {
+    match mix {
+        Mix::Uniform => "'T' || (g % $2)",
+        Mix::Skewed => "'T' || CASE WHEN g % 10 <> 0 THEN 0 ELSE 1 + (g / 10) % ($2 - 1) END",
+    }
+}
+
 struct Drained {
     took: Duration,
     delivered: i64,
@@ -31,17 +49,19 @@ struct Drained {
     dispatcher_us: f64,
 }
 
-async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize) -> Result<Drained> {
+async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix) -> Result<Drained> {
     let types = sizes.consumers_types;
-    let db = bench.scenario(&format!("consumers_{n}")).await?;
+    let name = if mix == Mix::Skewed { format!("consumers_skewed_{n}") } else { format!("consumers_{n}") };
+    let db = bench.scenario(&name).await?;
     for t in 0..types {
         highwater::event_types::register(&db.pool, &format!("T{t}"), None, None).await?;
     }
-    sqlx::query(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
-         SELECT 'order', 'o-' || (g % 1000), 'T' || (g % $2), jsonb_build_object('n', g)
+         SELECT 'order', 'o-' || (g % 1000), {}, jsonb_build_object('n', g)
            FROM generate_series(1, $1::bigint) g",
-    )
+        type_of(mix)
+    )))
     .bind(sizes.consumers_events)
     .bind(types as i64)
     .execute(&db.pool)
@@ -63,14 +83,26 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize) -> Result<Drained> {
             )
         })
         .collect();
-    let d = DispatcherProc::start(&db.url, &format!("consumers-{n}"), &DispatcherOpts::group("consumers")).await?;
+    let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &DispatcherOpts::group("consumers")).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    sqlx::query("SELECT pg_stat_statements_reset()").execute(&db.pool).await?;
     let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu()?);
     let started = Instant::now();
     db.apply(&yaml).await?;
     db.wait_caught_up(&names, last_id, TIMEOUT).await?;
     let took = started.elapsed();
     let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu()? - dispatcher);
+    // Where the server's time went: the drain's top-level statements (printed, not reported).
+    let top: Vec<(i64, f64, String)> = sqlx::query_as(
+        "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+           FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC LIMIT 6",
+    )
+    .fetch_all(&db.pool)
+    .await?;
+    for (calls, ms, query) in top {
+        eprintln!("{name}: {calls} calls, {ms:.0} ms: {query}");
+    }
     let delivered: i64 = sqlx::query_scalar("SELECT count(*) FROM bench_fanout").fetch_one(&db.pool).await?;
     drop(d);
     db.pool.close().await;
@@ -79,34 +111,41 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize) -> Result<Drained> {
 }
 
 pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<()> {
-    let mut one = None;
-    for &n in &sizes.consumers_counts {
-        let r = drain(bench, sizes, n).await?;
-        let subject = format!("{n} consumer{}", if n == 1 { "" } else { "s" });
-        let note = format!(
-            "{} events over {} types, {} deliveries, SQL projection",
-            per_s(sizes.consumers_events as f64),
-            sizes.consumers_types,
-            per_s(r.delivered as f64)
-        );
-        report.add(S, &subject, "drain s", format!("{:.2}", r.took.as_secs_f64()), &note);
-        report.add(S, &subject, "deliveries/s", per_s(r.delivered as f64 / r.took.as_secs_f64()), "");
-        report.add(
-            S,
-            &subject,
-            "server CPU µs/delivery",
-            format!("{:.1}", r.server_us),
-            "every backend of the cluster",
-        );
-        report.add(S, &subject, "dispatcher CPU µs/delivery", format!("{:.1}", r.dispatcher_us), "");
-        let base = *one.get_or_insert(r.server_us);
-        report.add(
-            S,
-            &subject,
-            "server CPU vs 1 consumer",
-            ratio(r.server_us, base),
-            "goal: ≤ 2× at 200, ≤ 3× at 1,000",
-        );
+    for (mix, counts) in [(Mix::Uniform, &sizes.consumers_counts), (Mix::Skewed, &sizes.consumers_skewed_counts)] {
+        let mut one = None;
+        for &n in counts {
+            let r = drain(bench, sizes, n, mix).await?;
+            let subject = format!(
+                "{n} consumer{}{}",
+                if n == 1 { "" } else { "s" },
+                if mix == Mix::Skewed { ", skewed" } else { "" }
+            );
+            let note = format!(
+                "{} events over {} types{}, {} deliveries, SQL projection",
+                per_s(sizes.consumers_events as f64),
+                sizes.consumers_types,
+                if mix == Mix::Skewed { " (one with 90%)" } else { "" },
+                per_s(r.delivered as f64)
+            );
+            report.add(S, &subject, "drain s", format!("{:.2}", r.took.as_secs_f64()), &note);
+            report.add(S, &subject, "deliveries/s", per_s(r.delivered as f64 / r.took.as_secs_f64()), "");
+            report.add(
+                S,
+                &subject,
+                "server CPU µs/delivery",
+                format!("{:.1}", r.server_us),
+                "every backend of the cluster",
+            );
+            report.add(S, &subject, "dispatcher CPU µs/delivery", format!("{:.1}", r.dispatcher_us), "");
+            let base = *one.get_or_insert(r.server_us);
+            report.add(
+                S,
+                &subject,
+                "server CPU vs 1 consumer",
+                ratio(r.server_us, base),
+                "goal: ≤ 2× at 200, ≤ 3× at 1,000",
+            );
+        }
     }
     Ok(())
 }

@@ -43,6 +43,9 @@ pub struct Sizes {
     pub consumers_events: i64,
     pub consumers_types: usize,
     pub consumers_counts: Vec<usize>,
+    /// The counts run again over the skewed mix: one hot type with 90% of the events, the others
+    /// sharing the rest.
+    pub consumers_skewed_counts: Vec<usize>,
 }
 
 impl Sizes {
@@ -73,6 +76,7 @@ impl Sizes {
             consumers_events: 20_000,
             consumers_types: 200,
             consumers_counts: vec![1, 10, 100, 200, 1000],
+            consumers_skewed_counts: vec![1, 200, 1000],
         }
     }
 
@@ -103,6 +107,7 @@ impl Sizes {
             consumers_events: 600,
             consumers_types: 20,
             consumers_counts: vec![1, 20],
+            consumers_skewed_counts: vec![1, 20],
         }
     }
 }
