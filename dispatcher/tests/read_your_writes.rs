@@ -414,6 +414,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
     assert!(sql.to_string().contains("no consumer named"), "{sql}");
 
     let client = reqwest::Client::new();
+    d.serving().await;
     let base = format!("http://127.0.0.1:{}/v1/consumers", d.http_port);
     for (path, status, what) in [
         (format!("nope/applied?after={token}"), 404, "no consumer named"),
@@ -451,6 +452,7 @@ async fn http_wait_times_out_with_408() {
     let d = Dispatcher::start_with_env(&db.url, "ryw-t", logs.path(), &[("HIGHWATER_SSE_TOKENS", "tok")]);
     wait_registered(&db.pool, "seen", 1).await;
     let (_, token) = write(&db.pool, 1, 1).await;
+    d.serving().await;
     let url = format!("http://127.0.0.1:{}/v1/consumers/seen/applied?after={token}&timeout=500ms", d.http_port);
     let started = Instant::now();
     let r = reqwest::Client::new().get(url).bearer_auth("tok").send().await.unwrap();

@@ -97,6 +97,17 @@ impl Dispatcher {
         Dispatcher { child, instance: instance.to_owned(), http_port }
     }
 
+    /// Waits until its HTTP server accepts connections: the listener is bound after the
+    /// process has connected and registered its shards, so a request made right after
+    /// `wait_registered` can still be refused.
+    pub async fn serving(&self) {
+        let port = self.http_port;
+        eventually("the dispatcher to accept HTTP connections", Duration::from_secs(30), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+    }
+
     pub fn signal(&self, s: Signal) {
         let _ = kill(Pid::from_raw(self.child.id() as i32), s);
     }
