@@ -337,8 +337,7 @@ fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
     Ok(serde_json::to_string_pretty(rows)?)
 }
 
-/// Above this many dead letters, `consumer redrive` asks before it requests (unless `--yes`).
-pub const REDRIVE_CONFIRM_ABOVE: usize = 100;
+pub use crate::ops::redrive::CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE;
 
 async fn redrive(
     pool: &sqlx::PgPool,

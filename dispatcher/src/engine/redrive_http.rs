@@ -18,7 +18,11 @@ use serde::Deserialize;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::{Error, cli::REDRIVE_CONFIRM_ABOVE, ops::redrive, sse::Tokens};
+use crate::{
+    Error,
+    ops::redrive::{self, CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE},
+    sse::Tokens,
+};
 
 /// How long a request may take before it is a 503.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);

@@ -4,7 +4,7 @@
 //! it, `redrive_instance`) and notifies the dispatchers; the dispatcher that runs that shard
 //! delivers each one through the very sink object of its live delivery, under the shard's claim,
 //! and marks it redriven in the transaction of a SQL sink's apply or right after an external
-//! sink's acknowledgement (`crate::dispatch::redrive`). The cursor is never read or written for
+//! sink's acknowledgement (the engine's `dispatch::redrive`). The cursor is never read or written for
 //! it. docs/consumers.md, "Redrive", says why the dispatcher delivers and not this process.
 use std::{collections::HashMap, time::Duration};
 
@@ -14,6 +14,10 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 
 use crate::{Error, Event, Result, events::EventRow, notify};
+
+/// A redrive of more dead letters than this asks for a confirmation (`--yes`, `"yes": true`):
+/// an accidental replay of a whole dead-letter table is the mistake it prevents.
+pub const CONFIRM_ABOVE: usize = 100;
 
 /// Which dead letters of one consumer a redrive takes. Filters combine (AND); at least one of
 /// them, or `all`, must be given.
@@ -363,7 +367,7 @@ pub async fn wait(pool: &PgPool, plan: &Plan, timeout: Duration) -> Result<Progr
     }
 }
 
-// ---- The dispatcher's side (crate::dispatch::redrive). ----
+// ---- The dispatcher's side (the engine's dispatch::redrive). ----
 
 /// A redrive request due for delivery through a shard.
 #[derive(Debug, Clone)]
