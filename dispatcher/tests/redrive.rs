@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use highwater::{NewEvent, append, ops::redrive};
+use highwater::{NewEvent, Xid8, append, ops::redrive};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -56,12 +56,12 @@ async fn append_three(pool: &PgPool) -> Vec<i64> {
     ids
 }
 
-type Cursor = (String, i64, i64, String);
+type Cursor = (Xid8, i64, i64, String);
 
 /// The shard row as far as a redrive must leave it alone: cursor, delivered count, status.
 async fn cursor(pool: &PgPool, consumer: &str) -> Cursor {
     sqlx::query_as(
-        "SELECT cursor_tx::text, cursor_id, delivered_count, status FROM highwater.consumer_shards WHERE consumer = $1",
+        "SELECT cursor_tx, cursor_id, delivered_count, status FROM highwater.consumer_shards WHERE consumer = $1",
     )
     .bind(consumer)
     .fetch_one(pool)

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use highwater::{NewEvent, append};
+use highwater::{NewEvent, Xid8, append};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -438,9 +438,9 @@ async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
     sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
     let ids = thousand_with_poison_at(&db.pool, usize::MAX).await;
     // No min()/max() of xid8 before PostgreSQL 15: the ends in btree order instead.
-    let (lo, hi): (String, String) = sqlx::query_as(
-        "SELECT (SELECT tx_id::text FROM highwater.events ORDER BY tx_id LIMIT 1),
-                (SELECT tx_id::text FROM highwater.events ORDER BY tx_id DESC LIMIT 1)",
+    let (lo, hi): (Xid8, Xid8) = sqlx::query_as(
+        "SELECT (SELECT tx_id FROM highwater.events ORDER BY tx_id LIMIT 1),
+                (SELECT tx_id FROM highwater.events ORDER BY tx_id DESC LIMIT 1)",
     )
     .fetch_one(&db.pool)
     .await
@@ -466,8 +466,8 @@ async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
                 .bind(form)
                 .bind(statement)
                 .bind(single)
-                .bind(&lo)
-                .bind(&hi)
+                .bind(lo)
+                .bind(hi)
                 .bind(&named)
                 .fetch_one(&mut *conn)
                 .await
