@@ -88,6 +88,35 @@ pub enum ConsumerCmd {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Deliver one stream's events to the consumer again (e.g. to rebuild one record of a read
+    /// model that missed an event): through the path of a redrive (its sink, the same idempotency
+    /// key, tenant, role, correlation and causation; exactly once per replayed event for a SQL
+    /// sink), in stream order, only events at or below the shard's cursor and of the consumer's
+    /// types. Recorded with who, why and when; the cursor and live delivery are untouched.
+    Replay {
+        name: String,
+        /// The stream, TYPE/ID.
+        #[arg(long)]
+        stream: String,
+        /// From this event of the stream on (by id; refused unless it is in the stream).
+        #[arg(long)]
+        since: Option<i64>,
+        /// Print which events, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Why, recorded with each delivery.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Do not ask for confirmation (asked above 100 deliveries).
+        #[arg(short, long)]
+        yes: bool,
+        /// How long to wait for the deliveries (0: return once requested). Exit code 0: all
+        /// replayed; 1: some failed (or refused); 2: some still pending at the end.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Delete a consumer and its cursors.
     Delete { name: String },
     /// Resume a dead shard: retry its failing event with a fresh attempt count (cursor kept).
@@ -248,6 +277,10 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             let request = ops::redrive::Request { selection, by: os_user(), reason, rate, dry_run: true };
             redrive(pool, request, dry_run, yes, wait, output).await?;
         }
+        ConsumerCmd::Replay { name, stream, since, dry_run, reason, yes, wait, output } => {
+            let request = ops::replay::Request { consumer: name, stream, since, by: os_user(), reason, dry_run: true };
+            replay(pool, request, dry_run, yes, wait, output).await?;
+        }
         ConsumerCmd::Delete { name } => {
             definitions::delete(pool, &name).await?;
             println!("eventconsumer/{name} deleted");
@@ -405,10 +438,107 @@ async fn redrive(
     Ok(())
 }
 
+async fn replay(
+    pool: &sqlx::PgPool,
+    mut request: ops::replay::Request,
+    dry_run: bool,
+    yes: bool,
+    wait: Duration,
+    output: Output,
+) -> Result<()> {
+    use ops::replay;
+    let consumer = request.consumer.clone();
+    let preview = replay::replay(pool, &request).await?;
+    if dry_run {
+        match output {
+            Output::Table => print!("{}", render_replay(&preview, true)),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&preview)?),
+        }
+        return Ok(());
+    }
+    let n = preview.selected.len();
+    if n > REDRIVE_CONFIRM_ABOVE && !yes {
+        ask(&format!("replay {n} events of stream {} to consumer {consumer}", request.stream))?;
+    }
+    request.dry_run = false;
+    let plan = replay::replay(pool, &request).await?;
+    if output == Output::Table {
+        print!("{}", render_replay(&plan, false));
+    }
+    let progress =
+        if wait.is_zero() { replay::progress(pool, &plan).await? } else { replay::wait(pool, &plan, wait).await? };
+    match output {
+        Output::Table => {
+            for (id, error) in &progress.failed {
+                let error: String = error.replace(['\n', '\r'], " ").chars().take(200).collect();
+                println!("event {id}: replay failed: {error}");
+            }
+            println!(
+                "eventconsumer/{consumer}: {} replayed, {} failed, {} pending",
+                progress.replayed,
+                progress.failed.len(),
+                progress.pending
+            );
+        }
+        Output::Json => {
+            let both = serde_json::json!({ "plan": plan, "progress": progress });
+            println!("{}", serde_json::to_string_pretty(&both)?);
+        }
+    }
+    if !progress.failed.is_empty() {
+        return Err(Error::refused(format!("{} of {n} replayed events failed", progress.failed.len()))
+            .with_fix("fix the cause, then replay the stream again (--since the first that failed)"));
+    }
+    if progress.pending > 0 && !wait.is_zero() {
+        eprintln!(
+            "{} still pending after {}: no dispatcher of the consumer's group has delivered them yet (is one \
+             running, and the shard idle or processing? `highwater consumer status {consumer}`)",
+            progress.pending,
+            humantime::format_duration(wait)
+        );
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+fn render_replay(p: &ops::replay::Plan, dry_run: bool) -> String {
+    let mut out = if dry_run {
+        format!(
+            "would replay {} event(s) of stream {} to consumer {} (dry run: nothing changed)\n",
+            p.selected.len(),
+            p.stream,
+            p.consumer
+        )
+    } else {
+        format!(
+            "replay request {}: {} event(s) of stream {} to consumer {}\n",
+            p.request_id.unwrap_or_default(),
+            p.selected.len(),
+            p.stream,
+            p.consumer
+        )
+    };
+    for s in &p.selected {
+        let version = s.stream_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
+        out.push_str(&format!(
+            "  event {:>10}  {:<20} version {:<6} instance {}\n",
+            s.event_id, s.event_type, version, s.instance_id
+        ));
+    }
+    for l in &p.left_out {
+        out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
+    }
+    out
+}
+
 /// Asks on a terminal; refuses without one.
 fn confirm(consumer: &str, n: usize) -> Result<()> {
+    ask(&format!("redrive {n} dead letters of consumer {consumer}"))
+}
+
+/// Asks `question` on a terminal; refuses without one.
+fn ask(question: &str) -> Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
-    let question = format!("redrive {n} dead letters of consumer {consumer}");
     if !std::io::stdin().is_terminal() {
         return Err(Error::refused(format!("{question}: more than {REDRIVE_CONFIRM_ABOVE} need a confirmation"))
             .with_fix("check them with --dry-run, then pass --yes"));
@@ -418,7 +548,7 @@ fn confirm(consumer: &str, n: usize) -> Result<()> {
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer).map_err(Error::io("stdin"))?;
     if answer.trim() != "yes" {
-        return Err(Error::refused("redrive not confirmed; nothing changed"));
+        return Err(Error::refused("not confirmed; nothing changed"));
     }
     Ok(())
 }

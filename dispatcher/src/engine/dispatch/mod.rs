@@ -294,7 +294,17 @@ async fn look_for_redrives(env: &Env, running: &HashMap<String, Running>) {
     if consumers.is_empty() {
         return;
     }
-    match crate::ops::redrive::shards_with_requests(&env.pool, &consumers).await {
+    let pending = match crate::ops::redrive::shards_with_requests(&env.pool, &consumers).await {
+        Ok(mut pending) => match crate::ops::replay::shards_with_requests(&env.pool, &consumers).await {
+            Ok(replays) => {
+                pending.extend(replays);
+                Ok(pending)
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    match pending {
         Ok(pending) => {
             let pending: Redrives = pending.into_iter().collect();
             // Unchanged and empty: nothing to wake a worker for.

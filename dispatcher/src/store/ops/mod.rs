@@ -3,6 +3,7 @@ mod dead_letters;
 mod gc;
 mod rebuild;
 pub mod redrive;
+pub mod replay;
 mod rewind;
 mod scope;
 mod status;
