@@ -136,9 +136,10 @@ async fn the_document_is_served_and_true_to_the_server() {
     assert_eq!(router_paths(), paths, "the router's routes are the document's paths");
     let ops = documented(&doc);
     let redrive = "/v1/consumers/{name}/redrive";
+    let replay = "/v1/consumers/{name}/replay";
     assert!(
-        ops.keys().all(|(p, m)| m == if p == redrive { "POST" } else { "GET" }),
-        "the router has GET routes only, and POST for the redrive"
+        ops.keys().all(|(p, m)| m == if p == redrive || p == replay { "POST" } else { "GET" }),
+        "the router has GET routes only, and POST for the redrive and the replay"
     );
 
     let mut pg = setup(&["Tick"]).await;
@@ -259,6 +260,50 @@ async fn the_document_is_served_and_true_to_the_server() {
         .unwrap();
     assert_eq!(by.as_deref(), Some("http:ops-token-1"));
 
+    // The replay of a stream that proj has delivered.
+    let mut tx = pg.pool.begin().await.unwrap();
+    let other = append(&mut tx, &NewEvent::new("s", "2", "Tick", json!({}))).await.unwrap();
+    tx.commit().await.unwrap();
+    eventually("proj delivered the event of s/2", Duration::from_secs(30), || {
+        let pool = pg.pool.clone();
+        async move {
+            let c: i64 = sqlx::query_scalar("SELECT cursor_id FROM highwater.consumer_shards WHERE consumer = 'proj'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            c >= other
+        }
+    })
+    .await;
+    let stream = r#"{"stream": "s/2", "reason": "openapi"}"#;
+    let cases: &[(&str, Option<&str>, &str, u16)] = &[
+        ("/v1/consumers/proj/replay", ops_token, r#"{"stream": "s/2", "dryRun": true}"#, 200),
+        ("/v1/consumers/proj/replay", ops_token, "not json", 400),
+        ("/v1/consumers/proj/replay", ops_token, "{}", 400),
+        ("/v1/consumers/proj/replay", ops_token, r#"{"stream": "no-slash"}"#, 400),
+        ("/v1/consumers/proj/replay", ops_token, r#"{"stream": "s/2", "nonsense": 1}"#, 400),
+        ("/v1/consumers/proj/replay", None, stream, 401),
+        ("/v1/consumers/proj/replay", Some(TOKEN), stream, 401),
+        ("/v1/consumers/nope/replay", ops_token, stream, 404),
+        ("/v1/consumers/proj/replay", ops_token, r#"{"stream": "s/404"}"#, 409),
+        ("/v1/consumers/proj/replay", ops_token, stream, 202),
+    ];
+    for (url, token, body, want) in cases {
+        let (status, answer) = s.post(&ops, port, replay, url, *token, body).await;
+        assert_eq!(status, *want, "POST {url} {body}: {answer}");
+        if *want == 202 {
+            let plan: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(plan["selected"][0]["event_id"], other, "{answer}");
+            assert!(plan["request_id"].is_i64() && plan["requested_at"].is_string(), "{answer}");
+        }
+    }
+    let by: String = sqlx::query_scalar("SELECT requested_by FROM highwater.replays WHERE event_id = $1")
+        .bind(other)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(by, "http:ops-token-1");
+
     // Without the database: the 503s.
     pg.pg.stop();
     assert_eq!(s.get(&ops, port, "/readyz", "/readyz", false, &[]).await.0, 503);
@@ -267,6 +312,7 @@ async fn the_document_is_served_and_true_to_the_server() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(s.get(&ops, port, events, "/v1/consumers/live/events", true, &[("Last-Event-ID", &last)]).await.0, 503);
     assert_eq!(s.post(&ops, port, redrive, "/v1/consumers/proj/redrive", ops_token, r#"{"all": true}"#).await.0, 503);
+    assert_eq!(s.post(&ops, port, replay, "/v1/consumers/proj/replay", ops_token, stream).await.0, 503);
 
     assert!(s.problems.is_empty(), "answers the document does not describe:\n{}", s.problems.join("\n"));
     for (op, statuses) in &ops {

@@ -1,7 +1,8 @@
 //! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz`, the SSE streams and the
 //! read-your-writes wait (`/v1/consumers/{name}/applied`), the redrive of dead letters
-//! (`/v1/consumers/{name}/redrive`), and `/openapi.json`, their description
-//! (docs/openapi.json, embedded; tests/openapi.rs keeps it true to this router).
+//! (`/v1/consumers/{name}/redrive`), the replay of a stream (`/v1/consumers/{name}/replay`),
+//! and `/openapi.json`, their description (docs/openapi.json, embedded; tests/openapi.rs keeps
+//! it true to this router).
 use std::{
     net::SocketAddr,
     sync::{
@@ -63,7 +64,12 @@ pub async fn serve(
                 .route("/v1/consumers/{name}/applied", get(wait_http::applied_handler))
                 .with_state(sse),
         )
-        .merge(Router::new().route("/v1/consumers/{name}/redrive", post(redrive_http::redrive_handler)).with_state(ops))
+        .merge(
+            Router::new()
+                .route("/v1/consumers/{name}/redrive", post(redrive_http::redrive_handler))
+                .route("/v1/consumers/{name}/replay", post(redrive_http::replay_handler))
+                .with_state(ops),
+        )
         // A path no route matches: plain text, as every other refusal of this server.
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such endpoint: GET /openapi.json lists them\n") });
     if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await {
