@@ -72,7 +72,9 @@ pub struct ConsumerSpec {
     /// PerInstance, which has no history to replay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_from: Option<StartFrom>,
-    /// `halt` stops the shard on a poison event (status `dead`); `skip` parks it and goes on.
+    /// `halt` stops the shard on a poison event (status `dead`); `skip` parks it and goes on;
+    /// `skipStream` parks it and every later event of its stream (until it is redriven) while
+    /// other streams go on.
     #[serde(default)]
     pub error_mode: ErrorMode,
     /// Retry backoff between failed attempts.
@@ -148,6 +150,10 @@ pub enum ErrorMode {
     #[default]
     Halt,
     Skip,
+    /// Skip, and park every later event of the failing event's stream (stream type and id) as
+    /// a dead letter blocked by it, until it is redriven: per-stream order kept.
+    #[serde(rename = "skipStream")]
+    SkipStream,
 }
 
 impl ErrorMode {
@@ -155,6 +161,7 @@ impl ErrorMode {
         match self {
             ErrorMode::Halt => "halt",
             ErrorMode::Skip => "skip",
+            ErrorMode::SkipStream => "skipStream",
         }
     }
 }

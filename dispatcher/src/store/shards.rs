@@ -590,6 +590,61 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     Ok(r.try_get::<i64, _>(0)? == 1)
 }
 
+/// `errorMode: skipStream`: the streams of the shard that a dead letter blocks (one that is not
+/// redriven yet, pending redrives included), each with the event id of its first blocking dead
+/// letter (the one the later events are parked behind).
+pub async fn blocked_streams(
+    conn: &mut PgConnection,
+    shard: &Shard,
+) -> Result<std::collections::HashMap<(String, String), i64>> {
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT e.stream_type, e.stream_id, min(coalesce(d.blocked_by, d.event_id))
+           FROM highwater.dead_letters d
+           JOIN highwater.events e ON e.id = d.event_id
+          WHERE d.consumer = $1 AND d.instance_id = $2 AND d.redriven_at IS NULL
+          GROUP BY e.stream_type, e.stream_id",
+    )
+    .bind(&shard.consumer)
+    .bind(&shard.instance_id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|(t, i, by)| ((t, i), by)).collect())
+}
+
+/// Parks `event` without delivering it, behind the dead letter of event `blocked_by` of its stream
+/// (`errorMode: skipStream`), and moves the cursor past it, in one conditional statement (false:
+/// the shard changed meanwhile, nothing done).
+pub async fn park_blocked(conn: &mut PgConnection, shard: &Shard, event: &Event, blocked_by: i64) -> Result<bool> {
+    let to = event.position();
+    let r = sqlx::query(
+        "WITH upd AS (
+            UPDATE highwater.consumer_shards
+               SET cursor_tx = $3, cursor_id = $4, status = 'idle', attempts = 0, last_error = NULL,
+                   failing_event_id = NULL, next_attempt_at = NULL, heartbeat_at = now(), updated_at = now()
+             WHERE consumer = $1 AND instance_id = $2
+               AND cursor_tx = $5 AND cursor_id = $6
+               AND status IN ('idle', 'processing')
+               AND (barrier_tx IS NULL OR ($3, $4) <= (barrier_tx, barrier_id))
+            RETURNING consumer, instance_id),
+         parked AS (
+            INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error, blocked_by)
+            SELECT consumer, instance_id, $7, 0, 'stream blocked by dead letter ' || $8, $8 FROM upd
+            ON CONFLICT DO NOTHING)
+         SELECT count(*) FROM upd",
+    )
+    .bind(&shard.consumer)
+    .bind(&shard.instance_id)
+    .bind(to.xid8())
+    .bind(to.id)
+    .bind(shard.cursor.xid8())
+    .bind(shard.cursor.id)
+    .bind(event.id)
+    .bind(blocked_by)
+    .fetch_one(conn)
+    .await?;
+    Ok(r.try_get::<i64, _>(0)? == 1)
+}
+
 /// Refuses when a cursor of a dispatcher's shards (its group's shared ones and its own) is ahead
 /// of the database's transaction counter: after a logical dump and restore, transaction ids
 /// restart below stored cursors, and delivering would skip every event until the counter caught

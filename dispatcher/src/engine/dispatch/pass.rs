@@ -203,7 +203,34 @@ async fn locked(
     // A short batch holds every matching event below the fence, so the cursor may move to the
     // head even if the newest events there are of other types.
     let end = if full { last } else { batch.head.map_or(last, |h| h.max(last)) };
-    let b = Pass { shard: &shard, events: &batch.events, end, full };
+    let mut b = Pass { shard: &shard, events: &batch.events, end, full };
+    if ctx.spec.error_mode == ErrorMode::SkipStream {
+        let blocked = shards::blocked_streams(conn, &shard).await?;
+        let first = (!blocked.is_empty())
+            .then(|| {
+                b.events
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, e)| blocked.get(&(e.stream_type.clone(), e.stream_id.clone())).map(|by| (i, *by)))
+            })
+            .flatten();
+        match first {
+            None => {}
+            // The first event's stream is blocked: parked behind its dead letter, undelivered.
+            Some((0, by)) => {
+                let event = &b.events[0];
+                if !shards::park_blocked(conn, &shard, event, by).await? {
+                    return Ok(Outcome::Changed);
+                }
+                tracing::info!(consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = event.id, blocked_by = by, "event parked: its stream is blocked by a dead letter");
+                return Ok(Outcome::Delivered { cursor: event.position(), more: true });
+            }
+            // The events before it are delivered as a batch; the next pass parks it.
+            Some((i, _)) => {
+                b = Pass { shard: &shard, events: &batch.events[..i], end: batch.events[i - 1].position(), full: true };
+            }
+        }
+    }
     if ctx.sink.transactional() {
         transactional(ctx, conn, b, prepared, next).await
     } else {
@@ -456,7 +483,7 @@ fn failure(ctx: &ShardCtx, shard: &Shard, events: &[crate::Event], index: usize,
     let outcome = if attempts >= ctx.spec.max_attempts as i32 {
         match ctx.spec.error_mode {
             ErrorMode::Halt => FailureOutcome::Dead,
-            ErrorMode::Skip => FailureOutcome::Park,
+            ErrorMode::Skip | ErrorMode::SkipStream => FailureOutcome::Park,
         }
     } else {
         FailureOutcome::Retry(retry_delay(ctx.backoff_initial, ctx.backoff_max, attempts))

@@ -63,6 +63,8 @@ pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Redriven> 
 
 async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
     let conn = claim.lock.conn();
+    // Dead letters parked behind one redriven since (errorMode skipStream) follow it.
+    redrive::release_blocked(conn, &ctx.consumer, &ctx.instance_id).await?;
     let (due, next) = redrive::due(conn, &ctx.consumer, &ctx.instance_id, PER_RUN).await?;
     let (mut delivered, mut failed) = (0, 0);
     let mut jobs: Vec<Job> = due.into_iter().map(Job::DeadLetter).collect();
@@ -123,6 +125,8 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
             }
         }
     }
+    // A redriven dead letter may have requested the ones parked behind it: look again at once.
+    let next = if delivered > 0 { Some(Duration::ZERO) } else { next };
     Ok(Redriven::Done { delivered, failed, next })
 }
 

@@ -102,6 +102,8 @@ struct Candidate {
     redriven_at: Option<DateTime<Utc>>,
     event_type: Option<String>,
     stream: Option<String>,
+    /// Blocked by this dead letter, not redriven yet (`errorMode: skipStream`).
+    blocked_by: Option<i64>,
 }
 
 /// Selects the dead letters, and unless `dry_run` marks them for redelivery and notifies the
@@ -142,7 +144,10 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
     let candidates: Vec<Candidate> = sqlx::query_as(
         "SELECT d.instance_id, d.event_id, d.error, d.created_at, d.redrive_at, d.redrive_by,
                 d.redrive_requested_at, d.redriven_at, e.event_type,
-                e.stream_type || '/' || e.stream_id AS stream
+                e.stream_type || '/' || e.stream_id AS stream,
+                (SELECT b.event_id FROM highwater.dead_letters b
+                  WHERE b.consumer = d.consumer AND b.instance_id = d.instance_id AND b.event_id = d.blocked_by
+                    AND b.redriven_at IS NULL) AS blocked_by
            FROM highwater.dead_letters d
            LEFT JOIN highwater.events e ON e.id = d.event_id
           WHERE d.consumer = $1
@@ -180,6 +185,12 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
             plan.left_out.push(left_out("its event was pruned: there is nothing to deliver".into()));
             continue;
         };
+        if let Some(by) = c.blocked_by {
+            plan.left_out.push(left_out(format!(
+                "parked behind dead letter {by} of its stream (errorMode skipStream): it is redriven after that one"
+            )));
+            continue;
+        }
         let Some(via) = via(delivery, &shards, &c.instance_id) else {
             plan.left_out.push(left_out(format!("its shard {} is gone (the instance no longer runs)", c.instance_id)));
             continue;
@@ -195,7 +206,9 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
     }
     if let (Some(id), Some(l)) = (s.event, plan.left_out.first()) {
         return Err(Error::refused(format!("event {id} cannot be redriven to consumer {}: {}", s.consumer, l.why))
-            .with_fix(if l.why.contains("pruned") {
+            .with_fix(if l.why.contains("skipStream") {
+                "redrive the dead letter it is parked behind; this one follows it".to_owned()
+            } else if l.why.contains("pruned") {
                 "nothing to deliver; `highwater consumer dead-letters` keeps its record (pruned events show as (pruned))"
                     .to_owned()
             } else {
@@ -433,38 +446,92 @@ pub async fn events(conn: &mut PgConnection, ids: &[i64]) -> Result<HashMap<i64,
 /// Marks a pending request redriven; false when it is no longer pending through `via` (so that
 /// nothing is applied twice). In a SQL sink's transaction it runs before the apply: the row
 /// lock it takes makes a second delivery of the same request wait and then find it done.
+///
+/// The dead letters it blocked (`errorMode: skipStream`) are requested in the same statement,
+/// through the same shard, by the same person: they follow it in stream order.
 pub async fn mark_redriven(conn: &mut PgConnection, consumer: &str, via: &str, d: &Due) -> Result<bool> {
-    let r = sqlx::query(
-        "UPDATE highwater.dead_letters SET redrive_at = NULL, redrive_instance = NULL, redriven_at = now()
-          WHERE consumer = $1 AND instance_id = $2 AND event_id = $3 AND redrive_instance = $4
-            AND redrive_at IS NOT NULL",
+    let n: i64 = sqlx::query_scalar(
+        "WITH done AS (
+            UPDATE highwater.dead_letters SET redrive_at = NULL, redrive_instance = NULL, redriven_at = now()
+             WHERE consumer = $1 AND instance_id = $2 AND event_id = $3 AND redrive_instance = $4
+               AND redrive_at IS NOT NULL
+            RETURNING consumer, instance_id, event_id, redrive_by),
+         released AS (
+            UPDATE highwater.dead_letters b
+               SET redrive_at = now(), redrive_instance = $4, redrive_requested_at = now(),
+                   redrive_by = done.redrive_by,
+                   redrive_reason = 'after dead letter ' || done.event_id || ' (errorMode skipStream)'
+              FROM done
+             WHERE b.consumer = done.consumer AND b.instance_id = done.instance_id
+               AND b.blocked_by = done.event_id AND b.redriven_at IS NULL AND b.redrive_at IS NULL)
+         SELECT count(*) FROM done",
     )
     .bind(consumer)
     .bind(&d.instance_id)
     .bind(d.event_id)
     .bind(via)
-    .execute(conn)
+    .fetch_one(conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    Ok(n == 1)
 }
 
 /// A failed redrive: a dead letter again, with the new error and one more attempt.
+///
+/// One that was blocked (`errorMode: skipStream`) blocks its stream from now on: it is no longer
+/// blocked by another, and the later dead letters of its stream blocked by the same one are
+/// taken back (no longer pending) and blocked by it, so that nothing of the stream passes it.
 pub async fn mark_failed(conn: &mut PgConnection, consumer: &str, via: &str, d: &Due, error: &str) -> Result<bool> {
     let error: String = error.chars().take(2000).collect();
-    let r = sqlx::query(
-        "UPDATE highwater.dead_letters
-            SET redrive_at = NULL, redrive_instance = NULL, error = $5, attempts = attempts + 1
-          WHERE consumer = $1 AND instance_id = $2 AND event_id = $3 AND redrive_instance = $4
-            AND redrive_at IS NOT NULL",
+    let n: i64 = sqlx::query_scalar(
+        "WITH old AS (
+            SELECT blocked_by FROM highwater.dead_letters
+             WHERE consumer = $1 AND instance_id = $2 AND event_id = $3),
+         failed AS (
+            UPDATE highwater.dead_letters
+               SET redrive_at = NULL, redrive_instance = NULL, error = $5, attempts = attempts + 1,
+                   blocked_by = NULL
+             WHERE consumer = $1 AND instance_id = $2 AND event_id = $3 AND redrive_instance = $4
+               AND redrive_at IS NOT NULL
+            RETURNING event_id),
+         me AS (SELECT e.tx_id, e.id FROM highwater.events e JOIN failed f ON e.id = f.event_id),
+         reblocked AS (
+            UPDATE highwater.dead_letters b
+               SET blocked_by = $3, redrive_at = NULL, redrive_instance = NULL
+              FROM old, me, highwater.events e
+             WHERE old.blocked_by IS NOT NULL AND b.consumer = $1 AND b.instance_id = $2
+               AND b.blocked_by = old.blocked_by AND b.redriven_at IS NULL
+               AND e.id = b.event_id AND (e.tx_id, e.id) > (me.tx_id, me.id))
+         SELECT count(*) FROM failed",
     )
     .bind(consumer)
     .bind(&d.instance_id)
     .bind(d.event_id)
     .bind(via)
     .bind(error)
+    .fetch_one(conn)
+    .await?;
+    Ok(n == 1)
+}
+
+/// The dead letters of the shard `(consumer, via)` blocked by one that has been redriven since
+/// (parked while the ones it blocked were still being redriven) are requested as those were.
+pub async fn release_blocked(conn: &mut PgConnection, consumer: &str, via: &str) -> Result<u64> {
+    let r = sqlx::query(
+        "UPDATE highwater.dead_letters b
+            SET redrive_at = now(), redrive_instance = $2, redrive_requested_at = now(),
+                redrive_by = r.redrive_by,
+                redrive_reason = 'after dead letter ' || r.event_id || ' (errorMode skipStream)'
+           FROM highwater.dead_letters r
+          WHERE b.consumer = $1 AND b.instance_id = $2 AND b.blocked_by IS NOT NULL
+            AND b.redriven_at IS NULL AND b.redrive_at IS NULL
+            AND r.consumer = b.consumer AND r.instance_id = b.instance_id AND r.event_id = b.blocked_by
+            AND r.redriven_at IS NOT NULL",
+    )
+    .bind(consumer)
+    .bind(via)
     .execute(conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    Ok(r.rows_affected())
 }
 
 /// The shards of `consumers` that have requests pending (one statement per dispatcher reload,
@@ -472,7 +539,13 @@ pub async fn mark_failed(conn: &mut PgConnection, consumer: &str, via: &str, d: 
 pub async fn shards_with_requests(pool: &PgPool, consumers: &[&str]) -> Result<Vec<(String, String)>> {
     Ok(sqlx::query_as(
         "SELECT DISTINCT consumer, redrive_instance FROM highwater.dead_letters
-          WHERE redrive_at IS NOT NULL AND consumer = ANY($1)",
+          WHERE redrive_at IS NOT NULL AND consumer = ANY($1)
+         UNION
+         SELECT DISTINCT b.consumer, b.instance_id FROM highwater.dead_letters b
+           JOIN highwater.dead_letters r
+             ON r.consumer = b.consumer AND r.instance_id = b.instance_id AND r.event_id = b.blocked_by
+          WHERE b.blocked_by IS NOT NULL AND b.redriven_at IS NULL AND b.redrive_at IS NULL
+            AND r.redriven_at IS NOT NULL AND b.consumer = ANY($1)",
     )
     .bind(consumers)
     .fetch_all(pool)

@@ -1,0 +1,184 @@
+//! Per-stream order around dead letters (issue 36). `errorMode: skipStream`: a poison event of
+//! stream A is a dead letter and every later event of A is parked behind it, undelivered, while
+//! stream B goes on; once the poison event is redriven, A's parked events follow it in stream
+//! order, each applied exactly once, and live delivery of A goes on after them. `errorMode: skip`
+//! (the default behaviour documented beside it): the later events of A are delivered at once, and
+//! the redriven event arrives after them.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use highwater::{NewEvent, append};
+use serde_json::json;
+use sqlx::PgPool;
+
+/// As in tests/redrive.rs: poison events fail while `verdict` holds a message. `seen` records
+/// every application in order.
+const SETUP: &str = "
+    CREATE TABLE verdict (msg text);
+    INSERT INTO verdict VALUES ('amount is not a number (v1)');
+    CREATE FUNCTION check_poison(p jsonb) RETURNS boolean LANGUAGE plpgsql AS $$
+    DECLARE m text;
+    BEGIN
+        IF (p->>'poison')::bool THEN
+            SELECT msg INTO m FROM verdict LIMIT 1;
+            IF m IS NOT NULL THEN RAISE EXCEPTION '%', m; END IF;
+        END IF;
+        RETURN true;
+    END $$;
+    CREATE TABLE seen (seq bigserial, event_id bigint, stream text);";
+
+const STATEMENT: &str = "INSERT INTO seen (event_id, stream) SELECT $2, $4 WHERE check_poison($1)";
+
+fn sql_consumer(name: &str, mode: &str) -> String {
+    consumer(
+        name,
+        &format!(
+            "delivery: Shared\nerrorMode: {mode}\nmaxAttempts: 2\nbackoff: {{initial: 50ms, max: 100ms}}\n\
+             sink: {{sql: {{statement: \"{STATEMENT}\"}}}}"
+        ),
+    )
+}
+
+async fn add(pool: &PgPool, stream: &str, poison: bool) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    let id = append(&mut tx, &NewEvent::new("order", stream, "Tick", json!({"poison": poison}))).await.unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
+/// The events applied, in application order.
+async fn seen(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar("SELECT event_id FROM seen ORDER BY seq").fetch_all(pool).await.unwrap()
+}
+
+/// (event, error, blocked_by, redriven)
+async fn letters(pool: &PgPool) -> Vec<(i64, String, Option<i64>, bool)> {
+    sqlx::query_as(
+        "SELECT event_id, error, blocked_by, redriven_at IS NOT NULL FROM highwater.dead_letters ORDER BY event_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn cursor_id(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT cursor_id FROM highwater.consumer_shards").fetch_one(pool).await.unwrap()
+}
+
+fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin()).args(args).env("DATABASE_URL", url).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Streams a and b, interleaved: a1, a2 (poison), b1, a3, b2, a4.
+struct Events {
+    a: [i64; 4],
+    b: [i64; 2],
+}
+
+async fn append_streams(pool: &PgPool) -> Events {
+    let a1 = add(pool, "a", false).await;
+    let a2 = add(pool, "a", true).await;
+    let b1 = add(pool, "b", false).await;
+    let a3 = add(pool, "a", false).await;
+    let b2 = add(pool, "b", false).await;
+    let a4 = add(pool, "a", false).await;
+    Events { a: [a1, a2, a3, a4], b: [b1, b2] }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_stream_parks_the_later_events_of_the_poisoned_stream_and_redrive_delivers_them_in_order_once() {
+    let db = setup(&["Tick"]).await;
+    sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
+    apply(&db.pool, &sql_consumer("a", "skipStream")).await;
+    let ev = append_streams(&db.pool).await;
+    let [a1, a2, a3, a4] = ev.a;
+    let [b1, b2] = ev.b;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "s0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM highwater.dead_letters", 3, Duration::from_secs(30)).await;
+    eventually("the cursor at the last event", Duration::from_secs(30), || async { cursor_id(&db.pool).await == a4 })
+        .await;
+
+    // Stream b went on; stream a stopped at its poison event: a3 and a4 parked behind it.
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2]);
+    let l = letters(&db.pool).await;
+    assert_eq!(l.len(), 3, "{l:?}");
+    assert_eq!((l[0].0, l[0].2, l[0].3), (a2, None, false));
+    assert!(l[0].1.contains("amount is not a number"), "{l:?}");
+    for (row, id) in l[1..].iter().zip([a3, a4]) {
+        assert_eq!(row, &(id, format!("stream blocked by dead letter {a2}"), Some(a2), false));
+    }
+    // A stream b event after it is delivered; one of a is parked too.
+    let b3 = add(&db.pool, "b", false).await;
+    let a5 = add(&db.pool, "a", false).await;
+    eventually("b3 delivered and a5 parked", Duration::from_secs(30), || async { cursor_id(&db.pool).await == a5 })
+        .await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2, b3]);
+    assert_eq!(letters(&db.pool).await.len(), 4);
+
+    // A parked event is not redriven on its own: it follows the one it is parked behind.
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &a3.to_string()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains(&format!("parked behind dead letter {a2}")) && err.contains("fix:"), "{err}");
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--all", "--dry-run"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("would redrive 1 dead letter(s)") && out.contains("parked behind dead letter"), "{out}");
+
+    // Fixed; the poison event redriven: it, then a3, a4, a5 in stream order, each once.
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+    let (code, out, err) =
+        cli(&db.url, &["consumer", "redrive", "a", "--event", &a2.to_string(), "--reason", "parser fixed"]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 8, Duration::from_secs(30)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2, b3, a2, a3, a4, a5]);
+    let l = letters(&db.pool).await;
+    assert!(l.iter().all(|r| r.3), "every dead letter redriven: {l:?}");
+    let reasons: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT redrive_reason FROM highwater.dead_letters ORDER BY event_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(reasons[0].as_deref(), Some("parser fixed"));
+    for r in &reasons[1..] {
+        assert_eq!(r.as_deref(), Some(format!("after dead letter {a2} (errorMode skipStream)").as_str()));
+    }
+    assert_eq!(cursor_id(&db.pool).await, a5, "the cursor untouched by the redrives");
+
+    // The stream is no longer blocked: live delivery of a goes on, after the parked ones.
+    let a6 = add(&db.pool, "a", false).await;
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 9, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2, b3, a2, a3, a4, a5, a6], "each exactly once");
+    assert_eq!(letters(&db.pool).await.len(), 4, "a6 not parked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_delivers_the_later_events_of_the_stream_first_and_the_redriven_event_after_them() {
+    let db = setup(&["Tick"]).await;
+    sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
+    apply(&db.pool, &sql_consumer("a", "skip")).await;
+    let ev = append_streams(&db.pool).await;
+    let [a1, a2, a3, a4] = ev.a;
+    let [b1, b2] = ev.b;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "s0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(30)).await;
+    // The documented behaviour of skip: a's later events do not wait for its parked one.
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, a3, b2, a4]);
+    let l = letters(&db.pool).await;
+    assert_eq!(l.len(), 1, "only the poison event parked: {l:?}");
+    assert_eq!((l[0].0, l[0].2), (a2, None));
+
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &a2.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The consumer sees 1, 3, 4, then 2 of stream a.
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, a3, b2, a4, a2]);
+}
