@@ -13,18 +13,16 @@ use highwater::{NewEvent, append};
 use serde_json::json;
 use sqlx::PgPool;
 
-/// As in tests/redrive.rs: poison events fail while `verdict` holds a message. `seen` records
-/// every application in order.
+/// As in tests/redrive.rs: poison events fail while `verdict` holds a message for their kind
+/// (`"poison": true` is kind `true`). `seen` records every application in order.
 const SETUP: &str = "
-    CREATE TABLE verdict (msg text);
-    INSERT INTO verdict VALUES ('amount is not a number (v1)');
+    CREATE TABLE verdict (kind text, msg text);
+    INSERT INTO verdict VALUES ('true', 'amount is not a number (v1)');
     CREATE FUNCTION check_poison(p jsonb) RETURNS boolean LANGUAGE plpgsql AS $$
     DECLARE m text;
     BEGIN
-        IF (p->>'poison')::bool THEN
-            SELECT msg INTO m FROM verdict LIMIT 1;
-            IF m IS NOT NULL THEN RAISE EXCEPTION '%', m; END IF;
-        END IF;
+        SELECT msg INTO m FROM verdict WHERE kind = p->>'poison';
+        IF m IS NOT NULL THEN RAISE EXCEPTION '%', m; END IF;
         RETURN true;
     END $$;
     CREATE TABLE seen (seq bigserial, event_id bigint, stream text);";
@@ -41,7 +39,7 @@ fn sql_consumer(name: &str, mode: &str) -> String {
     )
 }
 
-async fn add(pool: &PgPool, stream: &str, poison: bool) -> i64 {
+async fn add(pool: &PgPool, stream: &str, poison: impl serde::Serialize) -> i64 {
     let mut tx = pool.begin().await.unwrap();
     let id = append(&mut tx, &NewEvent::new("order", stream, "Tick", json!({"poison": poison}))).await.unwrap();
     tx.commit().await.unwrap();
@@ -181,4 +179,58 @@ async fn skip_delivers_the_later_events_of_the_stream_first_and_the_redriven_eve
     assert_eq!(code, 0, "{out}{err}");
     // The consumer sees 1, 3, 4, then 2 of stream a.
     assert_eq!(seen(&db.pool).await, vec![a1, b1, a3, b2, a4, a2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_event_whose_redrive_fails_blocks_its_stream_and_the_rest_waits_behind_it() {
+    let db = setup(&["Tick"]).await;
+    sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
+    sqlx::query("INSERT INTO verdict VALUES ('k2', 'currency unknown (v1)')").execute(&db.pool).await.unwrap();
+    apply(&db.pool, &sql_consumer("a", "skipStream")).await;
+    // a2 fails for one reason, a3 (parked behind it, never tried) would fail for another.
+    let a1 = add(&db.pool, "a", false).await;
+    let a2 = add(&db.pool, "a", true).await;
+    let a3 = add(&db.pool, "a", "k2").await;
+    let a4 = add(&db.pool, "a", false).await;
+    let b1 = add(&db.pool, "b", false).await;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "s0", logs.path());
+    eventually("the cursor at the last event", Duration::from_secs(30), || async { cursor_id(&db.pool).await == b1 })
+        .await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1]);
+
+    // a2's cause fixed, a3's not: a2 is delivered, a3's redrive fails, and a4 stays parked,
+    // now behind a3.
+    sqlx::query("DELETE FROM verdict WHERE kind = 'true'").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &a2.to_string(), "--wait", "0s"]);
+    assert_eq!(code, 0, "{out}{err}");
+    eventually("a3's redrive failed", Duration::from_secs(30), || async {
+        let l = letters(&db.pool).await;
+        l.iter().any(|r| r.0 == a3 && r.1.contains("currency unknown"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, a2], "nothing of a passes a3");
+    let l = letters(&db.pool).await;
+    assert_eq!(l[0], (a2, l[0].1.clone(), None, true));
+    assert_eq!((l[1].0, l[1].2, l[1].3), (a3, None, false), "a3 blocks the stream now: {l:?}");
+    assert_eq!((l[2].0, l[2].2, l[2].3), (a4, Some(a3), false), "a4 parked behind a3: {l:?}");
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.dead_letters WHERE redrive_at IS NOT NULL")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0, "a4 is no longer pending");
+
+    // Live events of a are parked behind a3 meanwhile.
+    let a5 = add(&db.pool, "a", false).await;
+    eventually("a5 parked", Duration::from_secs(30), || async { cursor_id(&db.pool).await == a5 }).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, a2]);
+
+    // a3 fixed and redriven: a3, a4, a5 in order, each once.
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &a3.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 6, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, a2, a3, a4, a5]);
 }
