@@ -102,6 +102,23 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
         assert!(figure("12 consumers", subject, "server CPU µs/delivery") > 0.0, "{subject}");
         assert!(figure("12 consumers", subject, "dispatcher CPU µs/delivery") > 0.0, "{subject}");
     }
+    // The steady run: writers at 200/s; 20 consumers with the lazy cursor and with every cursor
+    // following the head. Only the lazy one skips passes.
+    for subject in [
+        "1 consumer",
+        "20 consumers, lazy cursor",
+        "20 consumers, every cursor follows the head",
+        "1 consumer, skewed",
+        "20 consumers, skewed, lazy cursor",
+        "20 consumers, skewed, every cursor follows the head",
+    ] {
+        let p50 = figure("12 consumers, steady", subject, "commit-to-sink p50");
+        assert!(p50 > 0.0 && p50 <= figure("12 consumers, steady", subject, "commit-to-sink p99"), "{subject}");
+        assert!(figure("12 consumers, steady", subject, "server CPU µs/delivery") > 0.0, "{subject}");
+        assert!(figure("12 consumers, steady", subject, "dispatcher connections") >= 1.0, "{subject}");
+    }
+    assert_eq!(figure("12 consumers, steady", "20 consumers, every cursor follows the head", "passes skipped"), 0.0);
+    assert!(figure("12 consumers, steady", "20 consumers, skewed, lazy cursor", "passes skipped") > 0.0);
 }
 
 /// Scenario 11 (not part of `all`: it starts its own Kafka broker and the Debezium JVM) with its

@@ -89,6 +89,11 @@ pub struct DispatchArgs {
     /// Polling interval while events keep coming; writers skip their NOTIFY meanwhile.
     #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
     pub busy_poll_interval: Duration,
+    /// How long a consumer's cursor may stay behind the head while the new events are all of
+    /// types it does not select (no pass per head move for it; its lag and read-your-writes
+    /// bounds stay exact); 0 moves it on every head move.
+    #[arg(long, env = "HIGHWATER_LAZY_CURSOR_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lazy_cursor_interval: Duration,
     /// How often this dispatcher refreshes its liveness row while its group has a partitioned
     /// consumer (10× less often otherwise); the group shares the partitions among live
     /// dispatchers, and one silent for 5 intervals is gone.
@@ -199,6 +204,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.poll_interval = a.poll_interval;
             cfg.idle_poll_interval = a.idle_poll_interval;
             cfg.busy_poll_interval = a.busy_poll_interval;
+            cfg.lazy_cursor_interval = a.lazy_cursor_interval;
             cfg.shutdown_grace = a.shutdown_grace;
             cfg.membership_interval = a.membership_interval;
             cfg.metrics_interval = a.metrics_interval;

@@ -68,6 +68,7 @@ pub struct Metrics {
     pub processed: Family<ShardLabels, Counter>,
     pub failed: Family<ShardLabels, Counter>,
     pub passes_failed: Family<ShardLabels, Counter>,
+    pub passes_skipped: Family<ShardLabels, Counter>,
     pub delivery_latency: HistogramFamily,
     pub handler_duration: HistogramFamily,
     pub shard_status: Family<StatusLabels, Gauge>,
@@ -98,6 +99,7 @@ impl Metrics {
             processed: Family::default(),
             failed: Family::default(),
             passes_failed: Family::default(),
+            passes_skipped: Family::default(),
             delivery_latency: Family::new_with_constructor(latency_histogram),
             handler_duration: Family::new_with_constructor(latency_histogram),
             shard_status: Family::default(),
@@ -140,6 +142,12 @@ impl Metrics {
             "Passes that failed before any event was to blame (a batch that cannot commit, a statement or \
              connection the database refuses): retried with backoff, no attempt counted",
             m.passes_failed.clone(),
+        );
+        registry.register(
+            "passes_skipped",
+            "Head moves after which the shard ran no pass: none of the new events is of its types, so its cursor \
+             stays behind the head (the lazy cursor) for at most --lazy-cursor-interval",
+            m.passes_skipped.clone(),
         );
         registry.register(
             "delivery_latency_seconds",

@@ -22,13 +22,13 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 const SINK: &str = "{sql: {statement: 'INSERT INTO public.bench_fanout (event_id) VALUES ($2)'}}";
 
 /// The types consumer `i` of `n` selects among `types`.
-fn selected(i: usize, n: usize, types: usize) -> Vec<String> {
+pub(super) fn selected(i: usize, n: usize, types: usize) -> Vec<String> {
     if n <= types { (i..types).step_by(n).map(|t| format!("T{t}")).collect() } else { vec![format!("T{}", i % types)] }
 }
 
 /// How the backlog's events are spread over the types.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mix {
+pub(super) enum Mix {
     Uniform,
     /// T0 gets nine events in ten, the other types share the tenth.
     Skewed,

@@ -23,6 +23,8 @@ pub struct DispatcherOpts {
     pub poll_interval: Duration,
     pub idle_poll_interval: Duration,
     pub busy_poll_interval: Duration,
+    /// `--lazy-cursor-interval`; `None`: the dispatcher's default.
+    pub lazy_cursor_interval: Option<Duration>,
 }
 
 impl DispatcherOpts {
@@ -32,6 +34,7 @@ impl DispatcherOpts {
             poll_interval: Duration::from_millis(100),
             idle_poll_interval: Duration::from_secs(1),
             busy_poll_interval: Duration::from_millis(5),
+            lazy_cursor_interval: None,
         }
     }
 }
@@ -53,6 +56,7 @@ impl DispatcherProc {
             .args(["highwater", "dispatch", "--group", &opts.group, "--instance-id", instance])
             .args(["--poll-interval", &ms(opts.poll_interval), "--idle-poll-interval", &ms(opts.idle_poll_interval)])
             .args(["--busy-poll-interval", &ms(opts.busy_poll_interval)])
+            .args(opts.lazy_cursor_interval.iter().flat_map(|d| ["--lazy-cursor-interval".to_owned(), ms(*d)]))
             .args(["--listen", &format!("127.0.0.1:{http_port}"), "--shutdown-grace", "2s"])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "warn,sqlx=error")
@@ -95,6 +99,17 @@ impl DispatcherProc {
     /// User plus system CPU time used so far.
     pub fn cpu(&self) -> Result<Duration> {
         cpu(self.pid())
+    }
+
+    /// The sum of a counter's series on its `/metrics` (0 when it has none).
+    pub async fn counter(&self, name: &str) -> Result<f64> {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.http_port)).await?.text().await?;
+        let prefix = format!("{name}{{");
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with(&prefix) || l.split(' ').next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// Events this process delivered, from its `/metrics`, per consumer.

@@ -87,12 +87,22 @@ async fn write_steadily(
     writers: u32,
     duration: Duration,
 ) -> Result<(u64, Duration)> {
+    let script = "SELECT highwater.append('order', 'o-' || :client_id, 'OrderPlaced', '{\"order_id\": 1, \"amount\": 42}'::jsonb);\n";
+    write_script_steadily(bench, db, rate, writers, duration, script).await
+}
+
+/// [`write_steadily`] with a pgbench script of its own (one transaction per run of it).
+pub(super) async fn write_script_steadily(
+    bench: &BenchDb,
+    db: &str,
+    rate: u32,
+    writers: u32,
+    duration: Duration,
+    script_text: &str,
+) -> Result<(u64, Duration)> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("append.sql");
-    std::fs::write(
-        &script,
-        "SELECT highwater.append('order', 'o-' || :client_id, 'OrderPlaced', '{\"order_id\": 1, \"amount\": 42}'::jsonb);\n",
-    )?;
+    std::fs::write(&script, script_text)?;
     let port = bench.pg.port();
     let db = db.to_owned();
     let args: Vec<String> = [

@@ -10,6 +10,7 @@
 pub mod append;
 pub mod bound;
 pub mod consumers;
+pub mod consumers_steady;
 pub mod db;
 pub mod debezium;
 pub mod dispatcher;

@@ -9,8 +9,8 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, consumers, drain, fleet, idle, latency, memory, operator, relay, scaleout,
-    storage, wait,
+    BenchDb, Peers, Report, Sizes, append, consumers, consumers_steady, drain, fleet, idle, latency, memory, operator,
+    relay, scaleout, storage, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -62,8 +62,12 @@ enum Scenario {
     /// 11: relay to Kafka beside Debezium's outbox EventRouter (own Kafka broker, wal_level=logical;
     /// not part of `all`).
     Relay,
-    /// 12: many consumers, each of a few event types: the drain's cost against one consumer of all.
+    /// 12: many consumers, each of a few event types: the drain's cost against one consumer of all,
+    /// then the steady run (writers at a steady rate; the lazy cursor against every cursor
+    /// following the head).
     Consumers,
+    /// 12's steady run alone.
+    ConsumersSteady,
     /// 1, 2 and 3 in one run: the drain (with its SQL projections), the latency and the append,
     /// the figures the projections issue's goals are stated in (docs/benchmarks.md).
     Projections,
@@ -175,6 +179,9 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Consumers | All) {
         consumers::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Consumers | ConsumersSteady | All) {
+        consumers_steady::run(&bench, &sizes, &mut report).await?;
     }
     if s == Relay {
         relay::run(&bench, &sizes, peers, &mut report).await?;

@@ -60,7 +60,7 @@ const REQUIRED_ALERTS: [&str; 12] = [
 ];
 
 /// Every metric the dispatcher and the operator export (docs/operations.md, docs/operator.md).
-const METRICS: [&str; 24] = [
+const METRICS: [&str; 25] = [
     "highwater_consumer_lag_events",
     "highwater_rebuild_events_done",
     "highwater_rebuild_events_expected",
@@ -68,6 +68,7 @@ const METRICS: [&str; 24] = [
     "highwater_events_processed_total",
     "highwater_events_failed_total",
     "highwater_passes_failed_total",
+    "highwater_passes_skipped_total",
     "highwater_delivery_latency_seconds",
     "highwater_handler_duration_seconds",
     "highwater_shard_status",

@@ -18,6 +18,7 @@ mod observe;
 mod partitions;
 pub mod pass;
 mod redrive;
+mod touched;
 mod wakeup;
 mod worker;
 
@@ -40,6 +41,9 @@ pub struct DispatchConfig {
     /// Refresh of this dispatcher's liveness row, by which the group shares partitions; a
     /// dispatcher silent for 5 intervals is gone and its partitions move to the others.
     pub membership_interval: Duration,
+    /// How long a consumer whose types none of the new events have may leave its cursor behind
+    /// the head (the lazy cursor: no pass per head move for it); zero: it moves on every move.
+    pub lazy_cursor_interval: Duration,
     /// How long SIGTERM waits for passes in flight before abandoning them.
     pub shutdown_grace: Duration,
     /// Where `/metrics`, `/healthz`, `/readyz` and the SSE streams are served; `None`: nowhere.
@@ -75,6 +79,7 @@ impl DispatchConfig {
             poll_interval: Duration::from_millis(100),
             idle_poll_interval: Duration::from_secs(1),
             busy_poll_interval: Duration::from_millis(5),
+            lazy_cursor_interval: Duration::from_secs(10),
             refresh_interval: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(10),
             membership_interval: Duration::from_secs(1),
@@ -108,6 +113,8 @@ struct Env {
     pool: PgPool,
     cfg: DispatchConfig,
     head_rx: watch::Receiver<wakeup::Head>,
+    /// The types of the events of the head's recent moves, for the lazy cursor.
+    touched: Arc<touched::Touched>,
     nudge_tx: watch::Sender<u64>,
     /// Halted (dead, disabled) shards look again at every refresh, in case they were changed
     /// without a notification (by hand in SQL, say).
@@ -135,6 +142,7 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     let env = Env {
         pool: pool.clone(),
         head_rx,
+        touched: Arc::default(),
         nudge_tx: watch::channel(0u64).0,
         refresh_tx: watch::channel(0u64).0,
         redrive_tx: watch::channel(Arc::default()).0,
@@ -169,7 +177,8 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
     let control_rx = signals.control.subscribe();
     tokio::spawn(wakeup::listen(pool.clone(), signals.clone(), bg.clone()));
     let pace = wakeup::Pace { fast: cfg.poll_interval, idle: cfg.idle_poll_interval, busy: cfg.busy_poll_interval };
-    tokio::spawn(wakeup::poll_head(pool.clone(), cfg.instance_id.clone(), signals.clone(), head_tx, pace, bg.clone()));
+    let head = wakeup::HeadOut { tx: head_tx, touched: env.touched.clone() };
+    tokio::spawn(wakeup::poll_head(pool.clone(), cfg.instance_id.clone(), signals.clone(), head, pace, bg.clone()));
     tokio::spawn(partitions::run(pool.clone(), bg.clone()));
     tokio::spawn(membership::run(
         pool.clone(),
@@ -424,9 +433,10 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
                     refresh: env.refresh_tx.subscribe(),
                     redrive: env.redrive_tx.subscribe(),
                     members: env.members_tx.subscribe(),
+                    touched: env.touched.clone(),
                 },
                 stop.clone(),
-                cfg.poll_interval,
+                worker::Pacing { poll: cfg.poll_interval, lazy: cfg.lazy_cursor_interval },
             )));
         }
         running.insert(d.name.clone(), Running { spec: d.spec, shards: ids, stop, handles });

@@ -61,6 +61,7 @@ async fn collect(pool: &PgPool, m: &Metrics, group: &str, instance: &str, known:
         let _ = m.processed.get_or_create(&l);
         let _ = m.failed.get_or_create(&l);
         let _ = m.passes_failed.get_or_create(&l);
+        let _ = m.passes_skipped.get_or_create(&l);
         now.insert((r.consumer.clone(), r.instance_id.clone()));
     }
     for (c, i) in known.shards.difference(&now) {

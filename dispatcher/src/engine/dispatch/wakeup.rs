@@ -147,6 +147,12 @@ enum Mode {
     Asleep { renew: Instant, window: Instant, moves: u32 },
 }
 
+/// Where the head poller publishes: the head, and the types of each move's events.
+pub struct HeadOut {
+    pub tx: watch::Sender<Head>,
+    pub touched: Arc<super::touched::Touched>,
+}
+
 /// Publishes the head whenever it may have moved, and keeps this dispatcher's sleep mark: awake
 /// (polling every `busy`) while the head keeps moving, asleep (notified by writers) once it has
 /// been still for `QUIET`.
@@ -154,7 +160,7 @@ pub async fn poll_head(
     pool: PgPool,
     instance: String,
     signals: Arc<Signals>,
-    head_tx: watch::Sender<Head>,
+    out: HeadOut,
     pace: Pace,
     stop: CancellationToken,
 ) {
@@ -162,11 +168,19 @@ pub async fn poll_head(
     let mut mode = Mode::Awake { moved: Instant::now() };
     loop {
         let (moved, pending, snapshot) = match read(&pool).await {
-            Ok(r) => (
-                head_tx.send_if_modified(|cur| std::mem::replace(cur, r.head) != r.head),
-                r.head.pending_above_fence,
-                Some((r.fence, r.xmax)),
-            ),
+            Ok(r) => {
+                // The move's types are recorded before the new head is published, so that a
+                // worker woken by it finds them.
+                let from = out.tx.borrow().position;
+                if from != r.head.position {
+                    out.touched.record(&pool, from, r.head.position).await;
+                }
+                (
+                    out.tx.send_if_modified(|cur| std::mem::replace(cur, r.head) != r.head),
+                    r.head.pending_above_fence,
+                    Some((r.fence, r.xmax)),
+                )
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "reading the event head failed");
                 (false, true, None)

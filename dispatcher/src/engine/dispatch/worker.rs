@@ -8,6 +8,7 @@ use super::{
     membership::Members,
     pass::{self, Outcome, ShardCtx},
     redrive::{self, Redriven},
+    touched::Touched,
     wakeup::Head,
 };
 use crate::{
@@ -26,6 +27,18 @@ pub struct Wakeups {
     /// The group's live dispatchers: a partition's worker delivers only while it is this
     /// dispatcher's share.
     pub members: watch::Receiver<Arc<Members>>,
+    /// The types of the head's recent moves: a consumer with none of them may stay put.
+    pub touched: Arc<Touched>,
+}
+
+/// How a worker paces its passes.
+#[derive(Clone, Copy, Debug)]
+pub struct Pacing {
+    /// After an error nobody caused, and for a claim held by another process.
+    pub poll: Duration,
+    /// How long the cursor may stay behind a head whose new events are all of other types;
+    /// zero: it follows the head at once.
+    pub lazy: Duration,
 }
 
 /// Keeps `highwater_consumer_partitions_owned` in step with this worker's share, to its end.
@@ -61,7 +74,7 @@ pub async fn run(
     mut head_rx: watch::Receiver<Head>,
     wakeups: Wakeups,
     stop: CancellationToken,
-    poll: Duration,
+    Pacing { poll, lazy }: Pacing,
 ) {
     // What this worker last saw of its cursor; `None` forces a pass.
     let mut known: Option<Position> = None;
@@ -75,8 +88,19 @@ pub async fn run(
     // noted before this worker ran (by a dispatcher since restarted, or a sink that could not be
     // built then) must not outlive the first pass that works.
     let mut noted = true;
-    let Wakeups { nudge: mut nudge_rx, refresh: mut refresh_rx, redrive: mut redrive_rx, members: mut members_rx } =
-        wakeups;
+    let Wakeups {
+        nudge: mut nudge_rx,
+        refresh: mut refresh_rx,
+        redrive: mut redrive_rx,
+        members: mut members_rx,
+        touched,
+    } = wakeups;
+    // While the cursor stays behind a head that brought none of this consumer's types: when it
+    // moves anyway (a pass), so that retention and `consumer status` see it move.
+    let mut lazy_until: Option<Instant> = None;
+    // A consumer of every type has something in every move; a partition's range may end at a
+    // barrier, which its pass must reach.
+    let may_stay = !lazy.is_zero() && !ctx.spec.event_types.is_empty() && ctx.partition.is_none();
     let key = (ctx.consumer.clone(), ctx.instance_id.clone());
     // When to look for redrive requests due on this shard: `None` while none is known.
     let mut redrive_at: Option<Instant> = redrive_rx.borrow_and_update().contains(&key).then(Instant::now);
@@ -118,9 +142,19 @@ pub async fn run(
             (Some(_), None) => false,
         };
         let retry_due = retry_at.is_some_and(|t| t <= Instant::now());
-        if force || retry_due || (behind && !halted && retry_at.is_none()) {
+        let mut due = force || retry_due || (behind && !halted && retry_at.is_none());
+        if due && !force && !retry_due && may_stay {
+            let untouched = known.and_then(|k| touched.touches(k, &ctx.spec.event_types)) == Some(false);
+            let until = *lazy_until.get_or_insert_with(|| Instant::now() + lazy);
+            if untouched && until > Instant::now() {
+                due = false;
+                ctx.metrics.passes_skipped.get_or_create(&ShardLabels::new(&ctx.consumer, &ctx.instance_id)).inc();
+            }
+        }
+        if due {
             force = false;
             retry_at = None;
+            lazy_until = None;
             match pass::run(&ctx, &mut claim).await {
                 Ok(outcome) => {
                     error_delay = Duration::from_millis(200);
@@ -177,7 +211,7 @@ pub async fn run(
                 }
             }
         }
-        let sleep_until = [retry_at, redrive_at].into_iter().flatten().min();
+        let sleep_until = [retry_at, redrive_at, lazy_until].into_iter().flatten().min();
         let sleep_until = sleep_until.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = stop.cancelled() => return,
