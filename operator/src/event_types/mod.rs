@@ -70,7 +70,15 @@ pub async fn reconcile(et: Arc<EventType>, tc: Arc<TypeContext>) -> Result<Actio
              the two resources (one declaration per type)"
         ))),
         None => match registry::apply(&ctx.pool, &et.spec).await? {
-            registry::Outcome::Applied => None,
+            registry::Outcome::Applied { registered, latest, notes } => {
+                if !registered.is_empty() {
+                    tracing::info!(event_type = %name, ?registered, latest, "versions registered");
+                }
+                for n in notes {
+                    tracing::info!(event_type = %name, "{n}");
+                }
+                None
+            }
             registry::Outcome::Refused(m) => Some(Problem::Refused(m)),
         },
     };
