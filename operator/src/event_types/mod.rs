@@ -180,9 +180,40 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, concurrency: u16, s
 
 #[cfg(test)]
 mod tests {
+    use ::http::{Request, Response};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::client::Body;
 
     use super::*;
+
+    /// The operator's answer to a list of EventTypes answered with `code`.
+    async fn available_when(code: u16) -> anyhow::Result<bool> {
+        let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(svc, "default");
+        let server = tokio::spawn(async move {
+            let (req, send) = handle.next_request().await.expect("a list request");
+            assert_eq!(req.uri().path(), "/apis/highwater.dev/v1alpha1/namespaces/shop/eventtypes");
+            let body = if code == 200 {
+                json!({"apiVersion": "highwater.dev/v1alpha1", "kind": "EventTypeList", "metadata": {}, "items": []})
+            } else {
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no", "code": code})
+            };
+            send.send_response(
+                Response::builder().status(code).body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap(),
+            );
+        });
+        let r = available(&client, Some("shop")).await;
+        server.await.unwrap();
+        r
+    }
+
+    #[tokio::test]
+    async fn runs_without_the_event_type_crd_or_the_right_to_list_it() {
+        assert!(available_when(200).await.unwrap());
+        assert!(!available_when(404).await.unwrap(), "no CRD: EventConsumers only");
+        assert!(!available_when(403).await.unwrap(), "no RBAC: EventConsumers only");
+        assert!(available_when(500).await.is_err(), "anything else stops the start");
+    }
 
     fn et(ns: &str, name: &str, ty: &str, secs: i64) -> EventType {
         let mut e = EventType::new(
