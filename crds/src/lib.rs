@@ -1,16 +1,22 @@
 //! API types shared by everything that reads consumer definitions: the YAML files of the CLI,
-//! the dispatcher, and (later) the `EventConsumer` custom resource of the operator.
+//! the dispatcher, the `EventConsumer` custom resource of the operator, and the `EventType`
+//! resource the operator reconciles into the event type registry.
 #![forbid(unsafe_code)]
 
 mod crd;
+mod event_type;
 mod reference;
 mod spec;
 mod status;
 mod validate;
 mod validate_brokers;
 
-pub use crd::crd_yaml;
-pub use reference::{BEGIN as REFERENCE_BEGIN, END as REFERENCE_END, reference_markdown};
+pub use crd::{crd_yaml, event_type_crd_yaml};
+pub use event_type::*;
+pub use reference::{
+    BEGIN as REFERENCE_BEGIN, END as REFERENCE_END, EVENT_TYPE_BEGIN as EVENT_TYPE_REFERENCE_BEGIN,
+    EVENT_TYPE_END as EVENT_TYPE_REFERENCE_END, event_type_reference_markdown, reference_markdown,
+};
 pub use spec::*;
 pub use status::*;
 pub use validate::{

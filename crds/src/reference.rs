@@ -3,14 +3,25 @@
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use crate::EventConsumer;
+use crate::{EventConsumer, EventType};
 
 pub const BEGIN: &str = "<!-- BEGIN GENERATED REFERENCE (highwater-operator reference) -->";
 pub const END: &str = "<!-- END GENERATED REFERENCE -->";
+pub const EVENT_TYPE_BEGIN: &str =
+    "<!-- BEGIN GENERATED EVENTTYPE REFERENCE (highwater-operator reference eventtype) -->";
+pub const EVENT_TYPE_END: &str = "<!-- END GENERATED EVENTTYPE REFERENCE -->";
 
 /// A Markdown table: field, type, default, description, for `spec` and `status`.
 pub fn reference_markdown() -> String {
-    let crd = serde_json::to_value(EventConsumer::crd()).expect("the CRD serializes");
+    markdown(serde_json::to_value(EventConsumer::crd()).expect("the CRD serializes"))
+}
+
+/// The same table for the `EventType` resource.
+pub fn event_type_reference_markdown() -> String {
+    markdown(serde_json::to_value(EventType::crd()).expect("the CRD serializes"))
+}
+
+fn markdown(crd: Value) -> String {
     let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
     let mut rows = Vec::new();
     for top in ["spec", "status"] {
@@ -81,6 +92,20 @@ mod tests {
             doc[start..end].trim(),
             reference_markdown().trim(),
             "docs/operator.md's reference is stale: run `cargo run -p highwater-operator -- reference` and paste it between the markers"
+        );
+    }
+
+    /// Regenerate with `cargo run -p highwater-operator -- reference eventtype`.
+    #[test]
+    fn operator_doc_event_type_reference_matches_the_crd() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operator.md"))
+            .expect("docs/operator.md exists");
+        let start = doc.find(EVENT_TYPE_BEGIN).expect("begin marker") + EVENT_TYPE_BEGIN.len();
+        let end = doc.find(EVENT_TYPE_END).expect("end marker");
+        assert_eq!(
+            doc[start..end].trim(),
+            event_type_reference_markdown().trim(),
+            "docs/operator.md's EventType reference is stale: run `cargo run -p highwater-operator -- reference eventtype` and paste it between its markers"
         );
     }
 }

@@ -70,7 +70,9 @@ fn missing_hint(code: &str, message: &str) -> Option<String> {
              (correlation_id is filled in when absent); put other values under a key"
                 .into(),
         ),
-        "HW001" | "HW002" | "HW003" => Some(format!("see SQLSTATE {code} under \"Errors\" in docs/events.md")),
+        "HW001" | "HW002" | "HW003" | "HW004" => {
+            Some(format!("see SQLSTATE {code} under \"Errors\" in docs/events.md"))
+        }
         _ => None,
     }
 }
@@ -138,7 +140,8 @@ impl Error {
             let message = pg.message().to_owned();
             let hint = pg.hint().map(str::to_owned).or_else(|| missing_hint(pg.code(), &message));
             match pg.code() {
-                "HW001" => return Error::UnknownEventType { message, hint },
+                // HW004: a schema version the type does not have (the eight-argument append).
+                "HW001" | "HW004" => return Error::UnknownEventType { message, hint },
                 "HW002" => return Error::InvalidPayload { message, hint },
                 "HW003" => return Error::VersionConflict { message, hint },
                 // jsonb cannot hold \u0000: the server refuses the payload before the function runs.

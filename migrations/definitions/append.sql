@@ -23,6 +23,12 @@
 -- computed before the insert so that the row is routed to that tx_id's partition, the head moved
 -- by the trigger events_advance_stream_version (advance_stream_version.sql).
 --
+-- Event versions (20261205000000_event_type_versions.sql): the event records its type's latest
+-- version (event_types.latest_version, NULL while the type has only version 1), read from the
+-- registry row the common path reads anyway: no cost added. `json_schema` is the latest version's
+-- schema. Appending an earlier version: the overload with p_schema_version
+-- (append_schema_version.sql).
+--
 -- History: 20261130000002_append.sql (the first, with SET search_path and a unique index on
 -- events for the expected version), 20261201000020_partitioned_events.sql (the head row of
 -- highwater.stream_versions, as a unique index on a partitioned table must hold the partition
@@ -53,6 +59,7 @@ DECLARE
     v_version bigint;
     v_head_tx pg_catalog.xid8;
     v_id      bigint;
+    v_latest  integer;
 BEGIN
     IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
        OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) ''
@@ -103,8 +110,9 @@ BEGIN
     IF p_expected_version IS NULL THEN
         -- The common case in one statement: inserts nothing when the type is unknown or has a
         -- schema to check (the slow path below).
-        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata)
-        SELECT p_stream_type, p_stream_id, t.event_type, v_tenant, p_payload, v_meta
+        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata,
+                                      schema_version)
+        SELECT p_stream_type, p_stream_id, t.event_type, v_tenant, p_payload, v_meta, t.latest_version
           FROM highwater.event_types t
          WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type AND t.json_schema IS NULL
         RETURNING id INTO v_id;
@@ -113,7 +121,7 @@ BEGIN
         END IF;
     END IF;
 
-    SELECT true, t.json_schema INTO v_known, v_schema
+    SELECT true, t.json_schema, t.latest_version INTO v_known, v_schema, v_latest
       FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
     IF v_known IS NULL THEN
         RAISE EXCEPTION 'unknown event type "%"', p_event_type
@@ -126,15 +134,16 @@ BEGIN
         IF v_err IS NOT NULL THEN
             RAISE EXCEPTION 'payload of event type "%" fails its JSON Schema: %', p_event_type, v_err
                 USING ERRCODE = 'HW002',
-                      HINT = pg_catalog.format('fix the payload, or register a new schema with '
-                                               '`highwater event-types register %s --schema FILE`',
+                      HINT = pg_catalog.format('fix the payload, or register a new version with '
+                                               '`highwater event-types register %s --version N --schema FILE`',
                                                p_event_type);
         END IF;
     END IF;
 
     IF p_expected_version IS NULL THEN
-        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata)
-        VALUES (p_stream_type, p_stream_id, p_event_type, v_tenant, p_payload, v_meta)
+        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata,
+                                      schema_version)
+        VALUES (p_stream_type, p_stream_id, p_event_type, v_tenant, p_payload, v_meta, v_latest)
         RETURNING id INTO v_id;
         RETURN v_id;
     END IF;
@@ -155,9 +164,9 @@ BEGIN
     -- refuses (HW003) if another writer took this version meanwhile. GREATEST compares with the
     -- type's default ordering, not an operator looked up by name.
     INSERT INTO highwater.events
-        (tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata)
+        (tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata, schema_version)
     VALUES (greatest(pg_catalog.pg_current_xact_id(), v_head_tx), p_stream_type, p_stream_id,
-            v_version, p_event_type, v_tenant, p_payload, v_meta)
+            v_version, p_event_type, v_tenant, p_payload, v_meta, v_latest)
     RETURNING id INTO v_id;
     RETURN v_id;
 END

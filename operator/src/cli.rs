@@ -9,7 +9,7 @@ use highwater_crds::EventConsumer;
 use kube::{Api, Client, api::ListParams};
 use tokio_util::sync::CancellationToken;
 
-use crate::{context, controller, doctor, http, leader, metrics::Metrics, pods};
+use crate::{context, controller, doctor, event_types, http, leader, metrics::Metrics, pods};
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater-operator", version = highwater::VERSION, about = "Kubernetes operator for highwater EventConsumers")]
@@ -22,10 +22,23 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Print the EventConsumer CustomResourceDefinition as YAML.
-    Crd,
-    /// Print the field reference of docs/operator.md, generated from the CRD.
-    Reference,
+    /// Print a CustomResourceDefinition as YAML (EventConsumer unless named).
+    Crd {
+        #[arg(value_enum, default_value = "eventconsumer")]
+        kind: CrdKind,
+    },
+    /// Print a field reference of docs/operator.md, generated from the CRD (EventConsumer unless named).
+    Reference {
+        #[arg(value_enum, default_value = "eventconsumer")]
+        kind: CrdKind,
+    },
+}
+
+/// The resources of the operator.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdKind {
+    Eventconsumer,
+    Eventtype,
 }
 
 #[derive(Args, Debug)]
@@ -60,6 +73,9 @@ pub struct RunArgs {
     pub status_interval: Duration,
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub gc_interval: Duration,
+    /// How often each EventType's status (stored events per version) is refreshed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub event_type_interval: Duration,
     /// Concurrent reconciles; keep it below the database pool size.
     #[arg(long, default_value_t = 4)]
     pub concurrency: u16,
@@ -78,12 +94,20 @@ pub struct RunArgs {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Some(Command::Crd) => {
+        Some(Command::Crd { kind: CrdKind::Eventconsumer }) => {
             print!("{}", highwater_crds::crd_yaml());
             Ok(())
         }
-        Some(Command::Reference) => {
+        Some(Command::Crd { kind: CrdKind::Eventtype }) => {
+            print!("{}", highwater_crds::event_type_crd_yaml());
+            Ok(())
+        }
+        Some(Command::Reference { kind: CrdKind::Eventconsumer }) => {
             print!("{}", highwater_crds::reference_markdown());
+            Ok(())
+        }
+        Some(Command::Reference { kind: CrdKind::Eventtype }) => {
+            print!("{}", highwater_crds::event_type_reference_markdown());
             Ok(())
         }
         None => operate(cli.run).await,
@@ -120,6 +144,7 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
         highwater::db::check_migrated(&pool, &url).await?;
     }
     check_crd(&client, a.namespace.as_deref()).await?;
+    let types = event_types::available(&client, a.namespace.as_deref()).await?;
     ready.store(true, std::sync::atomic::Ordering::Relaxed);
 
     let identity = a.identity.clone().unwrap_or_else(|| format!("highwater-operator-{}", uuid_like()));
@@ -127,6 +152,7 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
     config.group_label = a.group_label.clone();
     config.status_interval = a.status_interval;
     config.gc_interval = a.gc_interval;
+    config.event_type_interval = a.event_type_interval;
     config.namespace = a.namespace.clone();
 
     let lead = |stop: CancellationToken| {
@@ -142,8 +168,15 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
             let pods = pods::reflect(client.clone(), ns.as_deref(), &config.group_label, changed.clone(), stop.clone());
             let ctx = Arc::new(context::Context::new(client, pool, metrics, config, pods, health));
             let pod_task = tokio::spawn(pods::run(ctx.clone(), changed, stop.clone()));
+            let type_task = types.then(|| {
+                let (ctx, ns, stop) = (ctx.clone(), ns.clone(), stop.clone());
+                tokio::spawn(async move { event_types::run(ctx, ns.as_deref(), concurrency, stop).await })
+            });
             controller::run(ctx, ns.as_deref(), concurrency, stop).await;
             let _ = pod_task.await;
+            if let Some(t) = type_task {
+                let _ = t.await;
+            }
             if let Some(t) = doctor_task {
                 let _ = t.await;
             }

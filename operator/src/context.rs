@@ -22,6 +22,8 @@ pub struct Config {
     pub status_interval: Duration,
     /// How often shards are compared with live pods (besides every pod event).
     pub gc_interval: Duration,
+    /// How often each `EventType`'s status (events per version) is refreshed.
+    pub event_type_interval: Duration,
     /// Identity in Kubernetes Events and the Lease.
     pub identity: String,
     /// The one namespace watched, if any: consumers of other namespaces are not this
@@ -35,6 +37,7 @@ impl Config {
             group_label: GROUP_LABEL.to_owned(),
             status_interval: Duration::from_secs(10),
             gc_interval: Duration::from_secs(30),
+            event_type_interval: Duration::from_secs(60),
             identity: identity.to_owned(),
             namespace: None,
         }

@@ -25,6 +25,12 @@ pub enum Reason {
     RedriveRefused,
     /// The spec could not be applied.
     Refused(Problem),
+    /// An `EventType`'s version was refused by the registry (which is unchanged).
+    VersionRefused,
+    /// Another `EventType` declares the same event type.
+    TypeConflict,
+    /// New versions of an `EventType` were registered.
+    VersionsRegistered,
 }
 
 impl Reason {
@@ -42,14 +48,20 @@ impl Reason {
             Reason::Redriven => "Redriven",
             Reason::RedriveRefused => "RedriveRefused",
             Reason::Refused(p) => p.as_str(),
+            Reason::VersionRefused => "VersionRefused",
+            Reason::TypeConflict => "Conflict",
+            Reason::VersionsRegistered => "VersionsRegistered",
         }
     }
 
     pub fn event_type(self) -> EventType {
         match self {
-            Reason::Restarted | Reason::Skipped | Reason::PodShardsRemoved | Reason::Rebuilt | Reason::Redriven => {
-                EventType::Normal
-            }
+            Reason::Restarted
+            | Reason::Skipped
+            | Reason::PodShardsRemoved
+            | Reason::Rebuilt
+            | Reason::Redriven
+            | Reason::VersionsRegistered => EventType::Normal,
             _ => EventType::Warning,
         }
     }
@@ -60,9 +72,24 @@ pub async fn on(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String)
     publish(ctx, ec, reason, note, None).await;
 }
 
+/// Publishes an event on any resource of the operator (an `EventType`).
+pub async fn on_object<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, reason: Reason, note: String) {
+    publish_on(ctx, &object.object_ref(&()), reason, note, None).await;
+}
+
 /// The recorder aggregates events with the same reason on the same objects: `related` (a pod)
 /// keeps the events about different objects apart.
 async fn publish(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String, related: Option<ObjectReference>) {
+    publish_on(ctx, &ec.object_ref(&()), reason, note, related).await;
+}
+
+async fn publish_on(
+    ctx: &Context,
+    object: &ObjectReference,
+    reason: Reason,
+    note: String,
+    related: Option<ObjectReference>,
+) {
     let ev = Event {
         type_: reason.event_type(),
         reason: reason.as_str().to_owned(),
@@ -70,7 +97,7 @@ async fn publish(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String
         action: reason.as_str().to_owned(),
         secondary: related,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &ec.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&ev, object).await {
         tracing::warn!(error = %e, reason = reason.as_str(), "publishing a Kubernetes event failed");
     }
 }

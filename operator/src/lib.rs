@@ -1,5 +1,6 @@
-//! The highwater Kubernetes operator: reconciles `EventConsumer` resources into consumer rows,
-//! manages the per-pod shards of dispatcher pods, and reports status. It shares the store code
+//! The highwater Kubernetes operator: reconciles `EventConsumer` resources into consumer rows and
+//! `EventType` resources into the event type registry, manages the per-pod shards of dispatcher
+//! pods, and reports status. It shares the store code
 //! of the `highwater` crate and the API types of `highwater-crds`.
 #![forbid(unsafe_code)]
 
@@ -9,6 +10,7 @@ pub mod context;
 pub mod controller;
 pub mod doctor;
 mod error;
+pub mod event_types;
 mod events;
 mod http;
 mod leader;

@@ -50,7 +50,7 @@ impl Metrics {
             leader: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("reconciles", "EventConsumer reconciles started", m.reconciles.clone());
+        registry.register("reconciles", "EventConsumer and EventType reconciles started", m.reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by kind", m.reconcile_errors.clone());
         registry.register("reconcile_duration_seconds", "Time per reconcile", m.reconcile_duration.clone());
         registry.register("shards_created", "Per-pod shards registered for dispatcher pods", m.shards_created.clone());

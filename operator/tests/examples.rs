@@ -1,4 +1,5 @@
-//! `kubectl apply` of the examples: a shared SQL projection, a per-instance SSE stream, a
+//! `kubectl apply` of the examples: the event types (EventType resources) are registered with
+//! the schemas of examples/event-types, a shared SQL projection, a per-instance SSE stream, a
 //! partitioned webhook, the Kafka and NATS relays and the log consumers become rows and shards
 //! (one per partition), and `kubectl get ec` shows their delivery, status, lag and partitions.
 mod common;
@@ -11,7 +12,9 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_of_the_examples() {
-    let w = world(&["OrderPlaced", "OrderCancelled"]).await;
+    // No type registered beforehand: the examples' EventTypes register them (the consumers that
+    // read them are refused until then, and applied at their next resync).
+    let w = world(&[]).await;
     let _op = Operator::start(&w, "op-1", false);
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let out = w.cp.kubectl(["apply", "-n", "shop", "-f", examples.to_str().unwrap()]).await.unwrap();
@@ -41,6 +44,24 @@ async fn kubectl_apply_of_the_examples() {
                 ("order-webhook".to_owned(), 4),
             ]
         }
+    })
+    .await;
+
+    // The EventTypes registered the schemas of examples/event-types/*.schema.json.
+    for t in ["OrderPlaced", "OrderCancelled"] {
+        let file = examples.join(format!("event-types/{t}.schema.json"));
+        let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let registered: Option<sqlx::types::Json<serde_json::Value>> =
+            sqlx::query_scalar("SELECT json_schema FROM highwater.event_types WHERE event_type = $1")
+                .bind(t)
+                .fetch_one(&w.pool)
+                .await
+                .unwrap();
+        assert_eq!(registered.map(|j| j.0), Some(expected), "examples/order-event-types.yaml's {t} vs {file:?}");
+    }
+    eventually("both EventTypes Ready", Duration::from_secs(30), || async {
+        let t = w.cp.kubectl_ok(["get", "et", "-n", "shop"]).await.unwrap_or_default();
+        t.lines().filter(|l| l.contains(" True ")).count() == 2
     })
     .await;
 

@@ -53,6 +53,18 @@ pub async fn append(conn: &mut PgConnection, event: &NewEvent) -> Result<i64> {
     Ok(id)
 }
 
+/// [`append`] of `event` as version `schema_version` of its type's schema (checked against that
+/// version's schema and recorded with the event): the eight-argument `highwater.append`. An
+/// unregistered version is `Error::UnknownEventType` (SQLSTATE HW004).
+pub async fn append_version(conn: &mut PgConnection, event: &NewEvent, schema_version: i32) -> Result<i64> {
+    let (id,): (i64,) = append_query("SELECT highwater.append($1, $2, $3, $4, $5, $6, $7, $8)", event)
+        .bind(schema_version)
+        .fetch_one(conn)
+        .await
+        .map_err(Error::from_append)?;
+    Ok(id)
+}
+
 /// `sql` (a call of `highwater.append` or `highwater.append_position` with `$1`..`$7`) with
 /// `event` bound in the functions' parameter order: stream type, stream id, event type, payload,
 /// metadata, tenant, expected version.

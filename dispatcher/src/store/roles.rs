@@ -43,6 +43,7 @@ impl Default for Roles {
 /// The functions applications may call (what the clients in `clients/` call).
 pub const APPLICATION_FUNCTIONS: &[&str] = &[
     "highwater.append(text, text, text, jsonb, jsonb, text, bigint)",
+    "highwater.append(text, text, text, jsonb, jsonb, text, bigint, integer)",
     "highwater.append_position(text, text, text, jsonb, jsonb, text, bigint)",
     "highwater.token()",
     "highwater.applied(text, xid8, text)",

@@ -2,14 +2,16 @@
 use super::*;
 
 #[test]
-fn the_charts_crd_copy_equals_crds_eventconsumer_yaml() {
-    let source = read(&root().join("crds/eventconsumer.yaml"));
-    let copy = read(&chart().join("files/crds/eventconsumer.yaml"));
-    assert!(
-        source == copy,
-        "charts/highwater/files/crds/eventconsumer.yaml differs from crds/eventconsumer.yaml\n  \
-         fix: cp crds/eventconsumer.yaml charts/highwater/files/crds/eventconsumer.yaml"
-    );
+fn the_charts_crd_copies_equal_crds_yaml() {
+    for file in CRD_FILES {
+        let source = read(&root().join("crds").join(file));
+        let copy = read(&chart().join("files/crds").join(file));
+        assert!(
+            source == copy,
+            "charts/highwater/files/crds/{file} differs from crds/{file}\n  \
+             fix: cp crds/{file} charts/highwater/files/crds/{file}"
+        );
+    }
 }
 
 /// The `highwater_*` names in `text`, without histogram suffixes.

@@ -6,10 +6,10 @@
 //!   `docs/runbooks/`;
 //! - the dashboards (`files/dashboards/*.json`) are valid JSON with a unit and a description on
 //!   every panel, the template variables, and PromQL that promtool accepts;
-//! - the chart's CRD copy equals `crds/eventconsumer.yaml`;
+//! - the chart's CRD copies equal `crds/eventconsumer.yaml` and `crds/eventtype.yaml`;
 //! - `helm lint` and `helm template` pass with every `charts/highwater/ci/*.yaml`, and the
 //!   rendered objects have the properties the chart promises (restricted pods, dispatcher group
-//!   labels and instance ids, no dispatcher token, least-privilege RBAC, CRD keep policy, optional
+//!   labels and instance ids, no dispatcher token, least-privilege RBAC, CRDs' keep policy, optional
 //!   objects only when enabled).
 //!
 //! promtool comes from Debian's `prometheus` package (.ci/run installs it); helm is found at
@@ -42,6 +42,8 @@ use render::{Rendered, helm_template, rendered};
 const RUNBOOK_BASE: &str = "https://example.invalid/highwater/blob/main/docs/runbooks";
 const RELEASE: &str = "highwater";
 const NAMESPACE: &str = "highwater-system";
+/// The CRDs of `crds/`, each copied to `charts/highwater/files/crds/`.
+const CRD_FILES: [&str; 2] = ["eventconsumer.yaml", "eventtype.yaml"];
 
 /// The alerts the chart promises (issue "Helm chart, alerts and Grafana lag dashboards").
 const REQUIRED_ALERTS: [&str; 12] = [

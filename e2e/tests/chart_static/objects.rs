@@ -32,23 +32,33 @@ fn migrations_have_exactly_one_owner() {
 }
 
 #[test]
-fn crds_carry_the_keep_policy_and_the_crd_of_crds_eventconsumer_yaml() {
-    let source = yaml(&root().join("crds/eventconsumer.yaml"));
+fn crds_carry_the_keep_policy_and_the_crds_of_crds_yaml() {
+    let sources: Vec<Value> = CRD_FILES.iter().map(|f| yaml(&root().join("crds").join(f))).collect();
     for r in rendered() {
         let crds = r.all("CustomResourceDefinition");
         if !r.on("crds.create") {
             assert!(crds.is_empty(), "{}: crds.create=false renders no CRD", r.file);
             continue;
         }
-        assert_eq!(crds.len(), 1, "{}: one CRD", r.file);
-        let crd = crds[0];
-        assert_eq!(str_at(crd, "metadata.annotations.[helm.sh/resource-policy]"), "keep", "{}: keep policy", r.file);
-        assert_eq!(str_at(crd, "metadata.name"), "eventconsumers.highwater.dev", "{}", r.file);
-        assert!(
-            normalized(get(crd, "spec")) == normalized(get(&source, "spec")),
-            "{}: the rendered CRD's spec differs from crds/eventconsumer.yaml",
-            r.file
-        );
+        assert_eq!(crds.len(), CRD_FILES.len(), "{}: one CRD per file of crds/", r.file);
+        for (file, source) in CRD_FILES.iter().zip(&sources) {
+            let name = str_at(source, "metadata.name");
+            let crd = crds
+                .iter()
+                .find(|c| str_at(c, "metadata.name") == name)
+                .unwrap_or_else(|| panic!("{}: no CRD {name}", r.file));
+            assert_eq!(
+                str_at(crd, "metadata.annotations.[helm.sh/resource-policy]"),
+                "keep",
+                "{}: keep policy",
+                r.file
+            );
+            assert!(
+                normalized(get(crd, "spec")) == normalized(get(source, "spec")),
+                "{}: the rendered CRD {name}'s spec differs from crds/{file}",
+                r.file
+            );
+        }
     }
 }
 

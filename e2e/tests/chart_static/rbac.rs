@@ -21,6 +21,8 @@ fn operator_rbac_is_least_privilege() {
         ("highwater.dev/eventconsumers", set(&["get", "list", "watch", "patch", "update"])),
         ("highwater.dev/eventconsumers/status", set(&["get", "patch", "update"])),
         ("highwater.dev/eventconsumers/finalizers", set(&["update"])),
+        ("highwater.dev/eventtypes", set(&["get", "list", "watch"])),
+        ("highwater.dev/eventtypes/status", set(&["get", "patch", "update"])),
         ("/pods", set(&["get", "list", "watch"])),
         ("events.k8s.io/events", set(&["create", "patch"])),
     ]

@@ -32,7 +32,11 @@ pub fn crd_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/eventconsumer.yaml")
 }
 
-/// Control plane with the CRD installed and namespace `shop` ready for pods; PostgreSQL migrated.
+pub fn event_type_crd_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/eventtype.yaml")
+}
+
+/// Control plane with the CRDs (EventConsumer, EventType) installed and namespace `shop` ready for pods; PostgreSQL migrated.
 pub async fn world(types: &[&str]) -> World {
     let cp = ControlPlane::start().await.expect("control plane");
     let pg = EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("postgres");
@@ -42,10 +46,12 @@ pub async fn world(types: &[&str]) -> World {
     for t in types {
         event_types::register(&pool, t, None, None).await.unwrap();
     }
-    cp.kubectl_ok(["apply", "-f", crd_path().to_str().unwrap()]).await.unwrap();
-    cp.kubectl_ok(["wait", "--for", "condition=established", "crd/eventconsumers.highwater.dev", "--timeout=60s"])
+    cp.kubectl_ok(["apply", "-f", crd_path().to_str().unwrap(), "-f", event_type_crd_path().to_str().unwrap()])
         .await
         .unwrap();
+    for crd in ["crd/eventconsumers.highwater.dev", "crd/eventtypes.highwater.dev"] {
+        cp.kubectl_ok(["wait", "--for", "condition=established", crd, "--timeout=60s"]).await.unwrap();
+    }
     cp.kubectl_ok(["create", "namespace", "shop"]).await.unwrap();
     // No controller manager runs: create the ServiceAccounts pods need.
     for ns in ["shop", "default"] {

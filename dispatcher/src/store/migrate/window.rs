@@ -13,8 +13,9 @@ use crate::{Error, Result, db::describe_target};
 pub const RELEASE: &str = "0.4.0";
 /// The schema version this binary's `migrate` produces, and the oldest schema it runs against
 /// (it calls the functions of that version). Releases before the window was recorded had 1
-/// (0.1.0) and 2 (0.2.0).
-pub const SCHEMA_VERSION: i32 = 4;
+/// (0.1.0) and 2 (0.2.0); 0.3.0 had 3, and 0.4.0 had 4 until event versions
+/// (20261205000000_event_type_versions.sql: this binary reads their tables and column).
+pub const SCHEMA_VERSION: i32 = 5;
 /// The oldest binary (named by its schema version) that may run against this release's schema:
 /// everything this release changed keeps 0.1.0's functions and columns working (expand/contract).
 pub const OLDEST_BINARY: i32 = 1;
