@@ -392,3 +392,131 @@ async fn a_type_registered_by_a_binary_without_versions_is_version_one() {
             .unwrap();
     assert_eq!(rows, 2, "version 1's row was written");
 }
+
+/// The payloads a table of a SQL sink holds, by event id.
+async fn rows(pool: &PgPool, table: &str) -> Vec<(i64, String, Value)> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, event_type, payload FROM {table} ORDER BY id")))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_rewind_replays_through_them() {
+    let db = setup(&["Other"]).await;
+    // The old name, with a stored event, renamed later: consumers of the new name read it.
+    apply_type(&db.pool, &spec("OrderCreated", vec![v(1, v1(), None)])).await.unwrap();
+    let created = ev(&db.pool, "OrderCreated", json!({"order_id": "old", "total": 1})).await;
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
+    let e1 = ev(&db.pool, "OrderPlaced", json!({"order_id": "a", "total": 5})).await;
+    let e2 = ev_version(&db.pool, "OrderPlaced", json!({"order_id": "b"}), 1).await.unwrap();
+    event_types::rename(&db.pool, "OrderCreated", "OrderPlaced").await.unwrap();
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None), v(2, v2(), Some(UPCAST))])).await.unwrap();
+    let e3 = ev(&db.pool, "OrderPlaced", json!({"order_id": "c", "currency": "USD"})).await;
+    ev(&db.pool, "Other", json!({})).await; // never delivered: another type
+    for t in ["latest_rows", "stored_rows", "set_rows"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {t} (id bigint PRIMARY KEY, event_type text, payload jsonb)"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("latest.jsonl");
+    let upsert = "ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload";
+    apply(
+        &db.pool,
+        &[
+            consumer(
+                "latest",
+                &format!(
+                    "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: latest\n\
+                     sink: {{sql: {{statement: \"INSERT INTO latest_rows VALUES ($2, $5, $1) {upsert}\"}}}}"
+                ),
+            ),
+            consumer(
+                "stored",
+                "delivery: Shared\neventTypes: [OrderPlaced]\n\
+                 sink: {sql: {statement: \"INSERT INTO stored_rows VALUES ($2, $5, $1)\"}}",
+            ),
+            consumer(
+                "set",
+                "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: {OrderPlaced: latest}\n\
+                 sink: {sql: {form: set, statement: \"INSERT INTO set_rows SELECT id, event_type, payload FROM highwater_batch\"}}",
+            ),
+            consumer(
+                "log",
+                &format!(
+                    "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: latest\nsink: {{log: {{target: '{}'}}}}",
+                    log.display()
+                ),
+            ),
+        ]
+        .join(""),
+    )
+    .await;
+    let d = Dispatcher::start(&db.url, "p0", dir.path());
+    let wait = std::time::Duration::from_secs(60);
+    wait_count(&db.pool, "SELECT count(*) FROM latest_rows", 4, wait).await;
+    wait_count(&db.pool, "SELECT count(*) FROM stored_rows", 4, wait).await;
+    wait_count(&db.pool, "SELECT count(*) FROM set_rows", 4, wait).await;
+    let eur = |order: &str, total: Option<i64>| {
+        let mut p = json!({"order_id": order, "currency": "EUR"});
+        if let Some(t) = total {
+            p["total"] = json!(t);
+        }
+        p
+    };
+    let latest = vec![
+        (created, "OrderCreated".to_owned(), eur("old", Some(1))),
+        (e1, "OrderPlaced".to_owned(), eur("a", Some(5))),
+        (e2, "OrderPlaced".to_owned(), eur("b", None)),
+        (e3, "OrderPlaced".to_owned(), json!({"order_id": "c", "currency": "USD"})),
+    ];
+    assert_eq!(rows(&db.pool, "latest_rows").await, latest, "per-event SQL sink: every event in the latest shape");
+    assert_eq!(rows(&db.pool, "set_rows").await, latest, "set SQL sink: the same through highwater_batch");
+    let stored = rows(&db.pool, "stored_rows").await;
+    assert_eq!(stored[0].2, json!({"order_id": "old", "total": 1}), "a consumer without eventVersions reads as stored");
+    assert_eq!(stored[2].2, json!({"order_id": "b"}));
+
+    // The log sink (what webhooks, brokers and SSE get from the same read): upcast payloads.
+    let log2 = log.clone();
+    eventually("four lines in the log sink", wait, || {
+        let log = log2.clone();
+        async move { std::fs::read_to_string(&log).unwrap_or_default().lines().count() >= 4 }
+    })
+    .await;
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let payloads: Vec<Value> = lines.iter().map(|l| l["event"]["payload"].clone()).collect();
+    assert_eq!(payloads, latest.iter().map(|r| r.2.clone()).collect::<Vec<_>>(), "{lines:#?}");
+
+    // Version 3 with another upcast; a rewind to the start replays through both.
+    let mut v3 = v2();
+    v3["properties"]["channel"] = json!({"type": "string"});
+    let applied = apply_type(
+        &db.pool,
+        &spec(
+            "OrderPlaced",
+            vec![v(1, v1(), None), v(2, v2(), Some(UPCAST)), v(3, v3, Some(r#"payload || '{"channel": "web"}'"#))],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied.registered, vec![3]);
+    highwater::ops::rewind(&db.pool, "latest", None, highwater::ops::RewindTo::Earliest).await.unwrap();
+    wait_count(&db.pool, "SELECT count(*) FROM latest_rows WHERE payload ? 'channel'", 4, wait).await;
+    let replayed = rows(&db.pool, "latest_rows").await;
+    assert_eq!(replayed[0].2, json!({"order_id": "old", "total": 1, "currency": "EUR", "channel": "web"}));
+    assert_eq!(replayed[3].2, json!({"order_id": "c", "currency": "USD", "channel": "web"}));
+    d.terminate(std::time::Duration::from_secs(10));
+
+    // The stored events never changed.
+    let p: Value = sqlx::query_scalar("SELECT payload FROM highwater.events WHERE id = $1")
+        .bind(created)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(p, json!({"order_id": "old", "total": 1}));
+}

@@ -94,6 +94,9 @@ DECLARE
     v_missing boolean := false;
     v_walk boolean;
     r highwater.events;
+    -- A consumer with `eventVersions` (docs/consumers.md): the payloads go through their
+    -- upcasts (highwater.upcast_for); without, the setting is empty and the payload is as stored.
+    v_versions constant jsonb := nullif(current_setting('highwater.event_versions', true), '')::jsonb;
 BEGIN
     deferred := false;
 $d$;
@@ -174,7 +177,9 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
                                 CASE WHEN jsonb_typeof(r.metadata -> 'correlation_id') = 'string'
                                      THEN r.metadata ->> 'correlation_id' ELSE '' END, true);
             v_set := set_config('highwater.causation_id', r.id::text, true);
-            v_done := pg_temp.%I(r.payload, r.id, r.stream_type, r.stream_id, r.event_type,
+            v_done := pg_temp.%I(CASE WHEN v_versions IS NULL THEN r.payload
+                                      ELSE highwater.upcast_for(r.event_type, r.schema_version, r.payload, v_versions)
+                                 END, r.id, r.stream_type, r.stream_id, r.event_type,
                                  r.tenant_id, r.metadata, r.stream_version, r.created_at);
         END LOOP;
         PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
@@ -183,7 +188,11 @@ $loop$ $body$, p_name || '_batch', v_batch_args, v_declare, v_range, p_name, for
     ELSIF p_form = 'set' THEN
         EXECUTE $v$
             CREATE OR REPLACE TEMPORARY VIEW highwater_batch AS
-            SELECT e.payload, e.id, e.stream_type, e.stream_id, e.event_type, e.tenant_id,
+            SELECT CASE WHEN coalesce(current_setting('highwater.event_versions', true), '') = '' THEN e.payload
+                        ELSE highwater.upcast_for(e.event_type, e.schema_version, e.payload,
+                                                  current_setting('highwater.event_versions', true)::jsonb)
+                   END AS payload,
+                   e.id, e.stream_type, e.stream_id, e.event_type, e.tenant_id,
                    e.metadata, e.stream_version, e.created_at
               FROM highwater.events e
              WHERE (e.tx_id, e.id) >= (current_setting('highwater.batch_lo')::xid8,

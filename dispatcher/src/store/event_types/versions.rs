@@ -477,6 +477,19 @@ async fn add_alias(conn: &mut PgConnection, alias: &str, target: &str) -> Result
         .bind(target)
         .execute(&mut *conn)
         .await?;
+    // Consumers of the target read the alias's events from now on: their rows say so (status,
+    // applied) and their dispatchers reload (they expand the spec's types on load).
+    let consumers: Vec<String> = sqlx::query_scalar(
+        "UPDATE highwater.consumers SET event_types = event_types || $1::text
+          WHERE $2 = ANY (event_types) AND NOT $1 = ANY (event_types) RETURNING name",
+    )
+    .bind(alias)
+    .bind(target)
+    .fetch_all(&mut *conn)
+    .await?;
+    for c in consumers {
+        crate::notify::control(&mut *conn, &c).await?;
+    }
     Ok(())
 }
 
