@@ -520,3 +520,167 @@ async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_re
         .unwrap();
     assert_eq!(p, json!({"order_id": "old", "total": 1}));
 }
+
+fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin()).args(args).env("DATABASE_URL", url).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn cli_ok(url: &str, args: &[&str]) -> String {
+    let (code, out, err) = cli(url, args);
+    assert_eq!(code, 0, "{args:?}: {out}{err}");
+    out
+}
+
+/// A refusal on stderr: `error: …` then `  fix: …`, exit status 1.
+fn cli_refused(url: &str, args: &[&str], problem: &str, fix: &str) {
+    let (code, out, err) = cli(url, args);
+    assert_eq!(code, 1, "{args:?}: {out}{err}");
+    assert!(err.contains(problem), "{args:?}: expected {problem:?} in {err}");
+    let fix_line = err.lines().find(|l| l.trim_start().starts_with("fix:")).unwrap_or_default();
+    assert!(fix_line.contains(fix), "{args:?}: expected a fix line with {fix:?} in {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses_bad_input_with_a_fix() {
+    let db = setup(&[]).await;
+    let url = &db.url;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p.display().to_string()
+    };
+    let (f1, f2) = (file("v1.json", &v1()), file("v2.json", &v2()));
+    cli_ok(url, &["event-types", "register", "OrderPlaced", "--schema", &f1]);
+    cli_ok(url, &["event-types", "register", "OrderPlaced", "--schema", &f1]); // idempotent
+    cli_ok(url, &["event-types", "register", "OrderPlaced"]); // idempotent, keeps the schema
+    let append = |payload: &str, extra: &[&str]| {
+        let mut a = vec!["events", "append", "--stream-type", "order", "--stream-id", "7", "--type", "OrderPlaced"];
+        a.extend(["--payload", payload]);
+        a.extend_from_slice(extra);
+        cli(url, &a)
+    };
+    assert_eq!(append(r#"{"order_id": "a", "total": 3}"#, &[]).0, 0);
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--schema", &f2],
+        "with a different schema",
+        "--version 2",
+    );
+    // Bad input, each refused with a fix, nothing changed.
+    let before = registry(&db.pool).await;
+    let bad = file("bad.json", &json!({"type": "banana"}));
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "2", "--schema", &bad],
+        "not a valid JSON Schema",
+        "",
+    );
+    cli_refused(
+        url,
+        &[
+            "event-types",
+            "register",
+            "OrderPlaced",
+            "--version",
+            "2",
+            "--schema",
+            &f2,
+            "--upcast",
+            "jsonb_set(payload, '{currency}', to_jsonb(1 / ((payload->>'total')::int - 3)))",
+        ],
+        "division by zero",
+        "fix the upcast",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "2", "--schema", &f2],
+        "$.required.currency",
+        "--upcast",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "3", "--schema", &f2],
+        "the next is 2",
+        "--version 2",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--compatibility", "sideways"],
+        "unknown compatibility mode",
+        "backward_transitive",
+    );
+    assert_eq!(registry(&db.pool).await, before, "nothing changed");
+
+    let out = cli_ok(
+        url,
+        &[
+            "event-types",
+            "register",
+            "OrderPlaced",
+            "--version",
+            "2",
+            "--schema",
+            &f2,
+            "--upcast",
+            UPCAST,
+            "--description",
+            "placed",
+        ],
+    );
+    assert!(out.contains("version 2 registered (latest 2)"), "{out}");
+    assert_eq!(append(r#"{"order_id": "b", "currency": "USD"}"#, &[]).0, 0);
+    assert_eq!(append(r#"{"order_id": "c"}"#, &["--schema-version", "1"]).0, 0);
+    let (code, _, err) = append(r#"{"order_id": "d"}"#, &["--schema-version", "5"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("has no version 5 (its latest is 2)") && err.contains("fix:"), "{err}");
+
+    let list = cli_ok(url, &["event-types", "list"]);
+    let line = list.lines().find(|l| l.starts_with("OrderPlaced")).unwrap();
+    assert!(
+        line.contains("v2") && line.contains("backward") && line.contains("schema") && line.contains("placed"),
+        "{list}"
+    );
+    let show = cli_ok(url, &["event-types", "show", "OrderPlaced"]);
+    assert!(show.contains("version 1 (2 stored events)") && show.contains("version 2 (1 stored events)"), "{show}");
+    assert!(show.contains("upcast from 1: jsonb_set"), "{show}");
+    cli_refused(url, &["event-types", "show", "Nope"], "is not registered", "event-types list");
+
+    let read = |latest: bool| {
+        let mut a = vec!["events", "read", "--stream", "order/7", "-o", "json"];
+        if latest {
+            a.push("--latest");
+        }
+        let out = cli_ok(url, &a);
+        serde_json::from_str::<Vec<Value>>(&out).unwrap().into_iter().map(|e| e["payload"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(read(false)[0], json!({"order_id": "a", "total": 3}));
+    assert_eq!(
+        read(true),
+        vec![
+            json!({"order_id": "a", "total": 3, "currency": "EUR"}),
+            json!({"order_id": "b", "currency": "USD"}),
+            json!({"order_id": "c", "currency": "EUR"})
+        ]
+    );
+
+    // Rename: the old name's events are read by consumers of the new one.
+    cli_ok(url, &["event-types", "register", "OrderMade"]);
+    let out = cli_ok(url, &["event-types", "rename", "OrderMade", "OrderPlaced"]);
+    assert!(out.contains("OrderMade is a former name of OrderPlaced"), "{out}");
+    let show = cli_ok(url, &["event-types", "show", "OrderPlaced"]);
+    assert!(show.contains("former names:  OrderMade"), "{show}");
+    for help in [
+        &["event-types", "register", "--help"][..],
+        &["event-types", "show", "--help"],
+        &["event-types", "rename", "--help"],
+    ] {
+        let out = cli_ok(url, help);
+        assert!(out.len() > 100, "{help:?}: {out}");
+    }
+}

@@ -270,6 +270,9 @@ pub struct StreamRead {
     pub as_of: Option<DateTime<Utc>>,
     /// Only events up to this stream version (refused for a stream without versions).
     pub to_version: Option<i64>,
+    /// Payloads upcast to the latest version of their type (`highwater.upcast`), as a consumer
+    /// with `eventVersions: latest` reads them; else as stored.
+    pub latest: bool,
 }
 
 /// A stream's committed events in delivery order, `(tx_id, id)`, which for a versioned stream is
@@ -304,8 +307,9 @@ pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Even
         }
     }
     let rows: Vec<EventRow> = sqlx::query_as(
-        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata,
-                created_at
+        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id,
+                CASE WHEN $5 THEN highwater.upcast(event_type, schema_version, payload) ELSE payload END AS payload,
+                metadata, created_at
            FROM highwater.events
           WHERE stream_type = $1 AND stream_id = $2
             AND ($3::timestamptz IS NULL OR created_at <= $3)
@@ -316,6 +320,7 @@ pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Even
     .bind(&r.stream_id)
     .bind(r.as_of)
     .bind(r.to_version)
+    .bind(r.latest)
     .fetch_all(pool)
     .await?;
     rows.into_iter().map(Event::try_from).collect()
