@@ -64,7 +64,8 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
         return Ok(Redriven::Done { delivered, failed, next });
     }
     let ids: Vec<i64> = due.iter().map(|d| d.event_id).collect();
-    let events = redrive::events(conn, &ids).await?;
+    let want = ctx.spec.event_versions.as_ref().and_then(|v| v.want());
+    let events = redrive::events(conn, &ids, want.as_ref()).await?;
     for d in &due {
         let outcome = match events.get(&d.event_id) {
             None => Err(format!("event {} was pruned before its redrive: there is nothing to deliver", d.event_id)),
