@@ -422,6 +422,15 @@ async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_re
         .await
         .unwrap();
     }
+    // The sinks that upcast run their statements under a role without rights on the schema
+    // highwater: the upcasts run before the role is taken.
+    sqlx::raw_sql(
+        "CREATE ROLE projector NOLOGIN;
+         GRANT SELECT, INSERT, UPDATE ON latest_rows, set_rows TO projector;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("latest.jsonl");
     let upsert = "ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload";
@@ -432,7 +441,7 @@ async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_re
                 "latest",
                 &format!(
                     "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: latest\n\
-                     sink: {{sql: {{statement: \"INSERT INTO latest_rows VALUES ($2, $5, $1) {upsert}\"}}}}"
+                     sink: {{sql: {{role: projector, statement: \"INSERT INTO latest_rows VALUES ($2, $5, $1) {upsert}\"}}}}"
                 ),
             ),
             consumer(
@@ -443,7 +452,7 @@ async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_re
             consumer(
                 "set",
                 "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: {OrderPlaced: latest}\n\
-                 sink: {sql: {form: set, statement: \"INSERT INTO set_rows SELECT id, event_type, payload FROM highwater_batch\"}}",
+                 sink: {sql: {form: set, role: projector, statement: \"INSERT INTO set_rows SELECT id, event_type, payload FROM highwater_batch\"}}",
             ),
             consumer(
                 "log",
