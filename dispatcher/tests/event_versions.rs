@@ -693,3 +693,39 @@ async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses
         assert!(out.len() > 100, "{help:?}: {out}");
     }
 }
+
+/// What an upcast costs on read, and what reading as stored costs, over the same events
+/// (printed; `cargo test -p highwater --test event_versions -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn measure_the_cost_of_reading_upcast_payloads() {
+    let db = setup(&[]).await;
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
+    sqlx::query(
+        "SELECT highwater.append('order', g::text, 'OrderPlaced', jsonb_build_object('order_id', g::text, 'total', g))
+           FROM generate_series(1, 20000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None), v(2, v2(), Some(UPCAST))])).await.unwrap();
+    for (what, sql) in [
+        ("as stored", "SELECT count(e.payload) FROM highwater.events e"),
+        (
+            "upcast_for, latest (one step)",
+            "SELECT count(highwater.upcast_for(e.event_type, e.schema_version, e.payload, '{\"*\": \"latest\"}')) FROM highwater.events e",
+        ),
+        (
+            "upcast_for, stored (no step)",
+            "SELECT count(highwater.upcast_for(e.event_type, e.schema_version, e.payload, '{\"*\": \"stored\"}')) FROM highwater.events e",
+        ),
+    ] {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            sqlx::query(sql).execute(&db.pool).await.unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!("{what:<32} {:>8.2} µs per event", best * 1e6 / 20000.0);
+    }
+}

@@ -325,3 +325,24 @@ pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Even
     .await?;
     rows.into_iter().map(Event::try_from).collect()
 }
+
+#[cfg(test)]
+mod bodies_tests {
+    use super::*;
+
+    /// Consumers without `eventVersions` read with the statement they read with before versions
+    /// existed: no upcast is called, no parameter added.
+    #[test]
+    fn only_upcasting_reads_call_the_upcast() {
+        for b in [Bodies::AsStored, Bodies::None, Bodies::from(true), Bodies::from(false)] {
+            assert!(!event_arrays(&b).contains("upcast") && !event_arrays(&b).contains("$7"), "{b:?}");
+            assert!(b.want().is_none());
+        }
+        let up = Bodies::for_consumer(true, Some(serde_json::json!({"*": "latest"})));
+        assert!(
+            event_arrays(&up).contains("highwater.upcast_for(e.event_type, e.schema_version, e.payload, $7::jsonb)")
+        );
+        assert_eq!(Bodies::for_consumer(false, Some(serde_json::json!({"*": "latest"}))), Bodies::None);
+        assert_eq!(Bodies::for_consumer(true, None), Bodies::AsStored);
+    }
+}
