@@ -100,7 +100,7 @@ pub struct ConsumerSpec {
 
 /// `spec.eventVersions`: one choice for every type, or one per type.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "serde_json::Value")]
 pub enum EventVersions {
     All(VersionChoice),
     PerType(BTreeMap<String, VersionChoice>),
@@ -127,6 +127,34 @@ impl VersionChoice {
             VersionChoice::Keyword(VersionKeyword::Stored) => None,
             VersionChoice::Keyword(VersionKeyword::Latest) => Some(serde_json::Value::from("latest")),
             VersionChoice::Version(n) => Some(serde_json::Value::from(n)),
+        }
+    }
+}
+
+impl TryFrom<serde_json::Value> for EventVersions {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, String> {
+        fn choice(v: &serde_json::Value, at: &str) -> Result<VersionChoice, String> {
+            match v {
+                serde_json::Value::String(s) if s == "latest" => Ok(VersionChoice::Keyword(VersionKeyword::Latest)),
+                serde_json::Value::String(s) if s == "stored" => Ok(VersionChoice::Keyword(VersionKeyword::Stored)),
+                serde_json::Value::Number(n) if n.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n)) => {
+                    Ok(VersionChoice::Version(n.as_u64().unwrap_or(1) as u32))
+                }
+                other => Err(format!(
+                    "eventVersions{at}: {other} is not `latest`, `stored` or a version number (1 or more); \
+                     write e.g. `eventVersions: latest` or `eventVersions: {{OrderPlaced: latest, OrderShipped: 2}}`"
+                )),
+            }
+        }
+        match &v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .map(|(t, c)| choice(c, &format!(".{t}")).map(|c| (t.clone(), c)))
+                .collect::<Result<BTreeMap<_, _>, _>>()
+                .map(EventVersions::PerType),
+            other => choice(other, "").map(EventVersions::All),
         }
     }
 }

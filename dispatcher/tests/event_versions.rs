@@ -729,3 +729,20 @@ async fn measure_the_cost_of_reading_upcast_payloads() {
         println!("{what:<32} {:>8.2} µs per event", best * 1e6 / 20000.0);
     }
 }
+
+#[test]
+fn event_versions_in_a_consumer_document_parse_and_bad_values_are_refused() {
+    let doc = |v: &str| consumer("c", &format!("delivery: Shared\neventVersions: {v}\nsink: {{log: {{}}}}"));
+    let want = |v: &str| {
+        let defs = highwater::definitions::parse(&doc(v), "test").unwrap();
+        defs[0].spec.event_versions.as_ref().and_then(|e| e.want())
+    };
+    assert_eq!(want("latest"), Some(json!({"*": "latest"})));
+    assert_eq!(want("stored"), None);
+    assert_eq!(
+        want("{OrderPlaced: latest, OrderShipped: 2, Other: stored}"),
+        Some(json!({"OrderPlaced": "latest", "OrderShipped": 2}))
+    );
+    let e = highwater::definitions::parse(&doc("sideways"), "test").unwrap_err().to_string();
+    assert!(e.contains("eventVersions"), "{e}");
+}
