@@ -68,6 +68,15 @@ pub struct ConsumerSpec {
     /// Event types delivered; empty means all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_types: Vec<String>,
+    /// How payloads of event types with versions are read (docs/events.md, "Versions"): absent
+    /// or `stored`, as appended; `latest`, every event upcast to the latest version of its type
+    /// (the upcasts registered with the versions, applied on read for every sink, rebuilds and
+    /// redrives included); or per type, `{OrderPlaced: latest, OrderShipped: 2}` (a number: up to
+    /// that version; a type not named reads as stored). Needs dispatchers of release 0.4.0 with
+    /// event versions (schema version 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "event_versions_schema")]
+    pub event_versions: Option<EventVersions>,
     /// Where a new shard starts: `earliest` (default for Shared) or `latest` (default for
     /// PerInstance, which has no history to replay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +98,89 @@ pub struct ConsumerSpec {
     /// keeps them, disabled. Only the operator reads it.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
+}
+
+/// `spec.eventVersions`: one choice for every type, or one per type.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(untagged, try_from = "serde_json::Value")]
+pub enum EventVersions {
+    All(VersionChoice),
+    PerType(BTreeMap<String, VersionChoice>),
+}
+
+/// `latest`, `stored`, or a version number.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum VersionChoice {
+    Keyword(VersionKeyword),
+    Version(u32),
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum VersionKeyword {
+    Latest,
+    Stored,
+}
+
+impl VersionChoice {
+    fn want(self) -> Option<serde_json::Value> {
+        match self {
+            VersionChoice::Keyword(VersionKeyword::Stored) => None,
+            VersionChoice::Keyword(VersionKeyword::Latest) => Some(serde_json::Value::from("latest")),
+            VersionChoice::Version(n) => Some(serde_json::Value::from(n)),
+        }
+    }
+}
+
+impl TryFrom<serde_json::Value> for EventVersions {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, String> {
+        fn choice(v: &serde_json::Value, at: &str) -> Result<VersionChoice, String> {
+            match v {
+                serde_json::Value::String(s) if s == "latest" => Ok(VersionChoice::Keyword(VersionKeyword::Latest)),
+                serde_json::Value::String(s) if s == "stored" => Ok(VersionChoice::Keyword(VersionKeyword::Stored)),
+                serde_json::Value::Number(n) if n.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n)) => {
+                    Ok(VersionChoice::Version(n.as_u64().unwrap_or(1) as u32))
+                }
+                other => Err(format!(
+                    "eventVersions{at}: {other} is not `latest`, `stored` or a version number (1 or more); \
+                     write e.g. `eventVersions: latest` or `eventVersions: {{OrderPlaced: latest, OrderShipped: 2}}`"
+                )),
+            }
+        }
+        match &v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .map(|(t, c)| choice(c, &format!(".{t}")).map(|c| (t.clone(), c)))
+                .collect::<Result<BTreeMap<_, _>, _>>()
+                .map(EventVersions::PerType),
+            other => choice(other, "").map(EventVersions::All),
+        }
+    }
+}
+
+impl EventVersions {
+    /// The choice as `highwater.upcast_for` takes it (`{"*": "latest"}`, `{"OrderPlaced": 2}`);
+    /// `None` when every type reads as stored (no upcast is called at all).
+    pub fn want(&self) -> Option<serde_json::Value> {
+        let map: serde_json::Map<String, serde_json::Value> = match self {
+            EventVersions::All(c) => c.want().map(|w| ("*".to_owned(), w)).into_iter().collect(),
+            EventVersions::PerType(m) => m.iter().filter_map(|(t, c)| c.want().map(|w| (t.clone(), w))).collect(),
+        };
+        (!map.is_empty()).then_some(serde_json::Value::Object(map))
+    }
+}
+
+/// A string or a map of type → string or number: the CRD leaves its shape to the dispatcher's
+/// validation (a structural schema cannot say "a string or an object").
+fn event_versions_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "How payloads of versioned event types are read: `stored` (default), `latest`, or per type {OrderPlaced: latest, OrderShipped: 2}.",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "nullable": true
+    })
 }
 
 impl EventConsumer {

@@ -392,3 +392,357 @@ async fn a_type_registered_by_a_binary_without_versions_is_version_one() {
             .unwrap();
     assert_eq!(rows, 2, "version 1's row was written");
 }
+
+/// The payloads a table of a SQL sink holds, by event id.
+async fn rows(pool: &PgPool, table: &str) -> Vec<(i64, String, Value)> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT id, event_type, payload FROM {table} ORDER BY id")))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_rewind_replays_through_them() {
+    let db = setup(&["Other"]).await;
+    // The old name, with a stored event, renamed later: consumers of the new name read it.
+    apply_type(&db.pool, &spec("OrderCreated", vec![v(1, v1(), None)])).await.unwrap();
+    let created = ev(&db.pool, "OrderCreated", json!({"order_id": "old", "total": 1})).await;
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
+    let e1 = ev(&db.pool, "OrderPlaced", json!({"order_id": "a", "total": 5})).await;
+    let e2 = ev_version(&db.pool, "OrderPlaced", json!({"order_id": "b"}), 1).await.unwrap();
+    event_types::rename(&db.pool, "OrderCreated", "OrderPlaced").await.unwrap();
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None), v(2, v2(), Some(UPCAST))])).await.unwrap();
+    let e3 = ev(&db.pool, "OrderPlaced", json!({"order_id": "c", "currency": "USD"})).await;
+    ev(&db.pool, "Other", json!({})).await; // never delivered: another type
+    for t in ["latest_rows", "stored_rows", "set_rows"] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {t} (id bigint PRIMARY KEY, event_type text, payload jsonb)"
+        )))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    // The sinks that upcast run their statements under a role without rights on the schema
+    // highwater: the upcasts run before the role is taken.
+    sqlx::raw_sql(
+        "CREATE ROLE projector NOLOGIN;
+         GRANT SELECT, INSERT, UPDATE ON latest_rows, set_rows TO projector;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("latest.jsonl");
+    let upsert = "ON CONFLICT (id) DO UPDATE SET payload = EXCLUDED.payload";
+    apply(
+        &db.pool,
+        &[
+            consumer(
+                "latest",
+                &format!(
+                    "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: latest\n\
+                     sink: {{sql: {{role: projector, statement: \"INSERT INTO latest_rows VALUES ($2, $5, $1) {upsert}\"}}}}"
+                ),
+            ),
+            consumer(
+                "stored",
+                "delivery: Shared\neventTypes: [OrderPlaced]\n\
+                 sink: {sql: {statement: \"INSERT INTO stored_rows VALUES ($2, $5, $1)\"}}",
+            ),
+            consumer(
+                "set",
+                "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: {OrderPlaced: latest}\n\
+                 sink: {sql: {form: set, role: projector, statement: \"INSERT INTO set_rows SELECT id, event_type, payload FROM highwater_batch\"}}",
+            ),
+            consumer(
+                "log",
+                &format!(
+                    "delivery: Shared\neventTypes: [OrderPlaced]\neventVersions: latest\nsink: {{log: {{target: '{}'}}}}",
+                    log.display()
+                ),
+            ),
+        ]
+        .join(""),
+    )
+    .await;
+    let d = Dispatcher::start(&db.url, "p0", dir.path());
+    let wait = std::time::Duration::from_secs(60);
+    wait_count(&db.pool, "SELECT count(*) FROM latest_rows", 4, wait).await;
+    wait_count(&db.pool, "SELECT count(*) FROM stored_rows", 4, wait).await;
+    wait_count(&db.pool, "SELECT count(*) FROM set_rows", 4, wait).await;
+    let eur = |order: &str, total: Option<i64>| {
+        let mut p = json!({"order_id": order, "currency": "EUR"});
+        if let Some(t) = total {
+            p["total"] = json!(t);
+        }
+        p
+    };
+    let latest = vec![
+        (created, "OrderCreated".to_owned(), eur("old", Some(1))),
+        (e1, "OrderPlaced".to_owned(), eur("a", Some(5))),
+        (e2, "OrderPlaced".to_owned(), eur("b", None)),
+        (e3, "OrderPlaced".to_owned(), json!({"order_id": "c", "currency": "USD"})),
+    ];
+    assert_eq!(rows(&db.pool, "latest_rows").await, latest, "per-event SQL sink: every event in the latest shape");
+    assert_eq!(rows(&db.pool, "set_rows").await, latest, "set SQL sink: the same through highwater_batch");
+    let stored = rows(&db.pool, "stored_rows").await;
+    assert_eq!(stored[0].2, json!({"order_id": "old", "total": 1}), "a consumer without eventVersions reads as stored");
+    assert_eq!(stored[2].2, json!({"order_id": "b"}));
+
+    // The log sink (what webhooks, brokers and SSE get from the same read): upcast payloads.
+    let log2 = log.clone();
+    eventually("four lines in the log sink", wait, || {
+        let log = log2.clone();
+        async move { std::fs::read_to_string(&log).unwrap_or_default().lines().count() >= 4 }
+    })
+    .await;
+    let lines: Vec<Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let payloads: Vec<Value> = lines.iter().map(|l| l["event"]["payload"].clone()).collect();
+    assert_eq!(payloads, latest.iter().map(|r| r.2.clone()).collect::<Vec<_>>(), "{lines:#?}");
+
+    // Version 3 with another upcast; a rewind to the start replays through both.
+    let mut v3 = v2();
+    v3["properties"]["channel"] = json!({"type": "string"});
+    let applied = apply_type(
+        &db.pool,
+        &spec(
+            "OrderPlaced",
+            vec![v(1, v1(), None), v(2, v2(), Some(UPCAST)), v(3, v3, Some(r#"payload || '{"channel": "web"}'"#))],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(applied.registered, vec![3]);
+    highwater::ops::rewind(&db.pool, "latest", None, highwater::ops::RewindTo::Earliest).await.unwrap();
+    wait_count(&db.pool, "SELECT count(*) FROM latest_rows WHERE payload ? 'channel'", 4, wait).await;
+    let replayed = rows(&db.pool, "latest_rows").await;
+    assert_eq!(replayed[0].2, json!({"order_id": "old", "total": 1, "currency": "EUR", "channel": "web"}));
+    assert_eq!(replayed[3].2, json!({"order_id": "c", "currency": "USD", "channel": "web"}));
+    d.terminate(std::time::Duration::from_secs(10));
+
+    // The stored events never changed.
+    let p: Value = sqlx::query_scalar("SELECT payload FROM highwater.events WHERE id = $1")
+        .bind(created)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(p, json!({"order_id": "old", "total": 1}));
+}
+
+fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin()).args(args).env("DATABASE_URL", url).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn cli_ok(url: &str, args: &[&str]) -> String {
+    let (code, out, err) = cli(url, args);
+    assert_eq!(code, 0, "{args:?}: {out}{err}");
+    out
+}
+
+/// A refusal on stderr: `error: …` then `  fix: …`, exit status 1.
+fn cli_refused(url: &str, args: &[&str], problem: &str, fix: &str) {
+    let (code, out, err) = cli(url, args);
+    assert_eq!(code, 1, "{args:?}: {out}{err}");
+    assert!(err.contains(problem), "{args:?}: expected {problem:?} in {err}");
+    let fix_line = err.lines().find(|l| l.trim_start().starts_with("fix:")).unwrap_or_default();
+    assert!(fix_line.contains(fix), "{args:?}: expected a fix line with {fix:?} in {err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses_bad_input_with_a_fix() {
+    let db = setup(&[]).await;
+    let url = &db.url;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p.display().to_string()
+    };
+    let (f1, f2) = (file("v1.json", &v1()), file("v2.json", &v2()));
+    cli_ok(url, &["event-types", "register", "OrderPlaced", "--schema", &f1]);
+    cli_ok(url, &["event-types", "register", "OrderPlaced", "--schema", &f1]); // idempotent
+    cli_ok(url, &["event-types", "register", "OrderPlaced"]); // idempotent, keeps the schema
+    let append = |payload: &str, extra: &[&str]| {
+        let mut a = vec!["events", "append", "--stream-type", "order", "--stream-id", "7", "--type", "OrderPlaced"];
+        a.extend(["--payload", payload]);
+        a.extend_from_slice(extra);
+        cli(url, &a)
+    };
+    assert_eq!(append(r#"{"order_id": "a", "total": 3}"#, &[]).0, 0);
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--schema", &f2],
+        "with a different schema",
+        "--version 2",
+    );
+    // Bad input, each refused with a fix, nothing changed.
+    let before = registry(&db.pool).await;
+    let bad = file("bad.json", &json!({"type": "banana"}));
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "2", "--schema", &bad],
+        "not a valid JSON Schema",
+        "",
+    );
+    cli_refused(
+        url,
+        &[
+            "event-types",
+            "register",
+            "OrderPlaced",
+            "--version",
+            "2",
+            "--schema",
+            &f2,
+            "--upcast",
+            "jsonb_set(payload, '{currency}', to_jsonb(1 / ((payload->>'total')::int - 3)))",
+        ],
+        "division by zero",
+        "fix the upcast",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "2", "--schema", &f2],
+        "$.required.currency",
+        "--upcast",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--version", "3", "--schema", &f2],
+        "the next is 2",
+        "--version 2",
+    );
+    cli_refused(
+        url,
+        &["event-types", "register", "OrderPlaced", "--compatibility", "sideways"],
+        "unknown compatibility mode",
+        "backward_transitive",
+    );
+    assert_eq!(registry(&db.pool).await, before, "nothing changed");
+
+    let out = cli_ok(
+        url,
+        &[
+            "event-types",
+            "register",
+            "OrderPlaced",
+            "--version",
+            "2",
+            "--schema",
+            &f2,
+            "--upcast",
+            UPCAST,
+            "--description",
+            "placed",
+        ],
+    );
+    assert!(out.contains("version 2 registered (latest 2)"), "{out}");
+    assert_eq!(append(r#"{"order_id": "b", "currency": "USD"}"#, &[]).0, 0);
+    assert_eq!(append(r#"{"order_id": "c"}"#, &["--schema-version", "1"]).0, 0);
+    let (code, _, err) = append(r#"{"order_id": "d"}"#, &["--schema-version", "5"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("has no version 5 (its latest is 2)") && err.contains("fix:"), "{err}");
+
+    let list = cli_ok(url, &["event-types", "list"]);
+    let line = list.lines().find(|l| l.starts_with("OrderPlaced")).unwrap();
+    assert!(
+        line.contains("v2") && line.contains("backward") && line.contains("schema") && line.contains("placed"),
+        "{list}"
+    );
+    let show = cli_ok(url, &["event-types", "show", "OrderPlaced"]);
+    assert!(show.contains("version 1 (2 stored events)") && show.contains("version 2 (1 stored events)"), "{show}");
+    assert!(show.contains("upcast from 1: jsonb_set"), "{show}");
+    cli_refused(url, &["event-types", "show", "Nope"], "is not registered", "event-types list");
+
+    let read = |latest: bool| {
+        let mut a = vec!["events", "read", "--stream", "order/7", "-o", "json"];
+        if latest {
+            a.push("--latest");
+        }
+        let out = cli_ok(url, &a);
+        serde_json::from_str::<Vec<Value>>(&out).unwrap().into_iter().map(|e| e["payload"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(read(false)[0], json!({"order_id": "a", "total": 3}));
+    assert_eq!(
+        read(true),
+        vec![
+            json!({"order_id": "a", "total": 3, "currency": "EUR"}),
+            json!({"order_id": "b", "currency": "USD"}),
+            json!({"order_id": "c", "currency": "EUR"})
+        ]
+    );
+
+    // Rename: the old name's events are read by consumers of the new one.
+    cli_ok(url, &["event-types", "register", "OrderMade"]);
+    let out = cli_ok(url, &["event-types", "rename", "OrderMade", "OrderPlaced"]);
+    assert!(out.contains("OrderMade is a former name of OrderPlaced"), "{out}");
+    let show = cli_ok(url, &["event-types", "show", "OrderPlaced"]);
+    assert!(show.contains("former names:  OrderMade"), "{show}");
+    for help in [
+        &["event-types", "register", "--help"][..],
+        &["event-types", "show", "--help"],
+        &["event-types", "rename", "--help"],
+    ] {
+        let out = cli_ok(url, help);
+        assert!(out.len() > 100, "{help:?}: {out}");
+    }
+}
+
+/// What an upcast costs on read, and what reading as stored costs, over the same events
+/// (printed; `cargo test -p highwater --test event_versions -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn measure_the_cost_of_reading_upcast_payloads() {
+    let db = setup(&[]).await;
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
+    sqlx::query(
+        "SELECT highwater.append('order', g::text, 'OrderPlaced', jsonb_build_object('order_id', g::text, 'total', g))
+           FROM generate_series(1, 20000) g",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None), v(2, v2(), Some(UPCAST))])).await.unwrap();
+    for (what, sql) in [
+        ("as stored", "SELECT count(e.payload) FROM highwater.events e"),
+        (
+            "upcast_for, latest (one step)",
+            "SELECT count(highwater.upcast_for(e.event_type, e.schema_version, e.payload, '{\"*\": \"latest\"}')) FROM highwater.events e",
+        ),
+        (
+            "upcast_for, stored (no step)",
+            "SELECT count(highwater.upcast_for(e.event_type, e.schema_version, e.payload, '{\"*\": \"stored\"}')) FROM highwater.events e",
+        ),
+    ] {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            sqlx::query(sql).execute(&db.pool).await.unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!("{what:<32} {:>8.2} µs per event", best * 1e6 / 20000.0);
+    }
+}
+
+#[test]
+fn event_versions_in_a_consumer_document_parse_and_bad_values_are_refused() {
+    let doc = |v: &str| consumer("c", &format!("delivery: Shared\neventVersions: {v}\nsink: {{log: {{}}}}"));
+    let want = |v: &str| {
+        let defs = highwater::definitions::parse(&doc(v), "test").unwrap();
+        defs[0].spec.event_versions.as_ref().and_then(|e| e.want())
+    };
+    assert_eq!(want("latest"), Some(json!({"*": "latest"})));
+    assert_eq!(want("stored"), None);
+    assert_eq!(
+        want("{OrderPlaced: latest, OrderShipped: 2, Other: stored}"),
+        Some(json!({"OrderPlaced": "latest", "OrderShipped": 2}))
+    );
+    let e = highwater::definitions::parse(&doc("sideways"), "test").unwrap_err().to_string();
+    assert!(e.contains("eventVersions"), "{e}");
+}

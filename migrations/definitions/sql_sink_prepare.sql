@@ -94,8 +94,28 @@ DECLARE
     v_missing boolean := false;
     v_walk boolean;
     r highwater.events;
+    -- A consumer with `eventVersions` (docs/consumers.md): the payloads go through their
+    -- upcasts (highwater.upcast_for); without, the setting is empty and the payload is as stored.
+    -- They are computed here, before the sink's role is taken: the role has no rights on the
+    -- schema (the upcasts read the registry), and the code it runs never names it.
+    v_versions constant jsonb := nullif(current_setting('highwater.event_versions', true), '')::jsonb;
+    v_upcast jsonb[];
 BEGIN
     deferred := false;
+    IF v_versions IS NOT NULL THEN
+        -- One payload per id of the batch, in its order (NULL for an id not found: the loop
+        -- reports the batch's missing events as before).
+        v_upcast := ARRAY(SELECT x.payload FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                           LEFT JOIN LATERAL (
+                               SELECT highwater.upcast_for(e.event_type, e.schema_version, e.payload, v_versions) AS payload
+                                 FROM highwater.events e
+                                WHERE e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi) x ON true
+                          ORDER BY u.i);
+        IF to_regclass('pg_temp.highwater_upcast') IS NOT NULL THEN
+            DELETE FROM pg_temp.highwater_upcast;
+            INSERT INTO pg_temp.highwater_upcast SELECT u.id, u.payload FROM unnest(p_ids, v_upcast) u(id, payload);
+        END IF;
+    END IF;
 $d$;
     -- The batch's range in delivery order; `CONTINUE` passes over the range's events that are
     -- not the next of the batch. Both forms loop over it when they go one event at a time.
@@ -174,18 +194,25 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
                                 CASE WHEN jsonb_typeof(r.metadata -> 'correlation_id') = 'string'
                                      THEN r.metadata ->> 'correlation_id' ELSE '' END, true);
             v_set := set_config('highwater.causation_id', r.id::text, true);
-            v_done := pg_temp.%I(r.payload, r.id, r.stream_type, r.stream_id, r.event_type,
+            v_done := pg_temp.%I(CASE WHEN v_versions IS NULL THEN r.payload ELSE v_upcast[v_cur] END, r.id, r.stream_type, r.stream_id, r.event_type,
                                  r.tenant_id, r.metadata, r.stream_version, r.created_at);
         END LOOP;
         PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
     %s
 $loop$ $body$, p_name || '_batch', v_batch_args, v_declare, v_range, p_name, format(v_handler, 'true'));
     ELSIF p_form = 'set' THEN
+        -- The batch's upcast payloads (a consumer with `eventVersions`), written by the batch
+        -- function before it takes the sink's role; the view joins them only while the setting
+        -- says so (a one-time filter: other consumers' statements never read the table).
+        CREATE TEMPORARY TABLE IF NOT EXISTS highwater_upcast (id bigint PRIMARY KEY, payload jsonb);
         EXECUTE $v$
             CREATE OR REPLACE TEMPORARY VIEW highwater_batch AS
-            SELECT e.payload, e.id, e.stream_type, e.stream_id, e.event_type, e.tenant_id,
+            SELECT coalesce(u.payload, e.payload) AS payload,
+                   e.id, e.stream_type, e.stream_id, e.event_type, e.tenant_id,
                    e.metadata, e.stream_version, e.created_at
               FROM highwater.events e
+              LEFT JOIN pg_temp.highwater_upcast u
+                ON u.id = e.id AND coalesce(current_setting('highwater.event_versions', true), '') <> ''
              WHERE (e.tx_id, e.id) >= (current_setting('highwater.batch_lo')::xid8,
                                        current_setting('highwater.batch_first')::bigint)
                AND e.tx_id >= current_setting('highwater.batch_lo')::xid8

@@ -40,3 +40,4 @@ $$;
 
 COMMENT ON FUNCTION highwater.upcast(text, integer, jsonb, integer) IS
     'The payload of an event stored at a schema version, upcast to the latest version of its type (or p_to).';
+

@@ -27,6 +27,10 @@ pub enum EventsCmd {
         /// The stream's current version (0 for a new stream); refused on mismatch.
         #[arg(long)]
         expected_version: Option<i64>,
+        /// The version of the event type's schema the payload is written in (checked against
+        /// that version's schema and recorded with the event); default: the type's latest.
+        #[arg(long, value_name = "N")]
+        schema_version: Option<i32>,
     },
     /// A stream's events in delivery order (version order for a versioned stream), for debugging
     /// and for loading an aggregate.
@@ -40,6 +44,10 @@ pub enum EventsCmd {
         /// Only events up to this stream version.
         #[arg(long)]
         to_version: Option<i64>,
+        /// Payloads upcast to the latest version of their event type (as a consumer with
+        /// `eventVersions: latest` gets them); default: as stored.
+        #[arg(long)]
+        latest: bool,
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -82,7 +90,16 @@ pub enum EventsCmd {
 
 pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
     match c {
-        EventsCmd::Append { stream_type, stream_id, event_type, payload, metadata, tenant, expected_version } => {
+        EventsCmd::Append {
+            stream_type,
+            stream_id,
+            event_type,
+            payload,
+            metadata,
+            tenant,
+            expected_version,
+            schema_version,
+        } => {
             let ev = NewEvent {
                 stream_type,
                 stream_id,
@@ -93,11 +110,14 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
                 expected_version,
             };
             let mut tx = pool.begin().await?;
-            let id = crate::append(&mut tx, &ev).await?;
+            let id = match schema_version {
+                Some(v) => events::append_version(&mut tx, &ev, v).await?,
+                None => crate::append(&mut tx, &ev).await?,
+            };
             tx.commit().await?;
             println!("{id}");
         }
-        EventsCmd::Read { stream, as_of, to_version, output } => {
+        EventsCmd::Read { stream, as_of, to_version, latest, output } => {
             let Some((stream_type, stream_id)) = stream.split_once('/').filter(|(t, i)| !t.is_empty() && !i.is_empty())
             else {
                 return Err(Error::refused(format!("--stream {stream:?} is not STREAM_TYPE/STREAM_ID"))
@@ -108,6 +128,7 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
                 stream_id: stream_id.to_owned(),
                 as_of,
                 to_version,
+                latest,
             };
             let evs = events::read_stream(pool, &r).await?;
             match output {

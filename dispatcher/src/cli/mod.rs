@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod consumer;
 mod doctor;
+mod event_types_cli;
 mod events;
 mod migrate;
 mod roles;
@@ -14,7 +15,8 @@ pub use events::EventsCmd;
 
 pub use crate::logging::{LogFormat, init_tracing};
 
-use crate::{Error, Result, db, definitions, dispatch, event_types, instance, quickstart, shutdown::shutdown_signal};
+use crate::{Error, Result, db, definitions, dispatch, instance, quickstart, shutdown::shutdown_signal};
+pub use event_types_cli::EventTypesCmd;
 
 #[derive(Parser, Debug)]
 #[command(name = "highwater", version = crate::VERSION, about = "Gap-free post-commit event delivery from PostgreSQL")]
@@ -133,19 +135,6 @@ pub struct DispatchArgs {
     pub webhook_block_private: bool,
 }
 
-#[derive(Subcommand, Debug)]
-pub enum EventTypesCmd {
-    /// Register an event type, optionally with a JSON Schema for its payload.
-    Register {
-        name: String,
-        #[arg(long)]
-        schema: Option<PathBuf>,
-        #[arg(long)]
-        description: Option<String>,
-    },
-    List,
-}
-
 fn require_url(g: &Global) -> Result<String> {
     g.database_url.clone().ok_or_else(|| {
         Error::config("no database given")
@@ -243,19 +232,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 1).await?;
             db::check_migrated(&pool, &url).await?;
-            match c {
-                EventTypesCmd::Register { name, schema, description } => {
-                    let schema = schema.map(|p| json_arg(&format!("@{}", p.display()), "--schema")).transpose()?;
-                    event_types::register(&pool, &name, schema.as_ref(), description.as_deref()).await?;
-                    println!("event type {name} registered");
-                }
-                EventTypesCmd::List => {
-                    for t in event_types::list(&pool).await? {
-                        let schema = if t.json_schema.is_some() { "schema" } else { "-" };
-                        println!("{:<40} {:<7} {}", t.event_type, schema, t.description.unwrap_or_default());
-                    }
-                }
-            }
+            event_types_cli::run(&pool, c).await?;
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
         Command::Roles(a) => roles::run(&a, g.database_url.as_deref())?,

@@ -30,6 +30,9 @@ pub const DEFAULT_BUFFER: usize = 1024;
 struct Channel {
     tx: broadcast::Sender<Arc<Event>>,
     event_types: Vec<String>,
+    /// The consumer's `eventVersions` (`EventVersions::want`): the replay upcasts as the
+    /// consumer's batch reads do.
+    want: Option<serde_json::Value>,
 }
 
 /// The SSE consumers of this process.
@@ -40,13 +43,19 @@ pub struct Hub {
 
 impl Hub {
     /// Registers (or re-registers after a definition change) a consumer; returns its sink.
-    pub async fn sink(self: &Arc<Self>, consumer: &str, event_types: &[String], buffer: usize) -> Arc<dyn Sink> {
+    pub async fn sink(
+        self: &Arc<Self>,
+        consumer: &str,
+        event_types: &[String],
+        want: Option<serde_json::Value>,
+        buffer: usize,
+    ) -> Arc<dyn Sink> {
         let mut map = self.channels.write().await;
         let tx = match map.get(consumer) {
             Some(c) => c.tx.clone(),
             None => broadcast::channel(buffer.max(1)).0,
         };
-        map.insert(consumer.to_owned(), Channel { tx: tx.clone(), event_types: event_types.to_vec() });
+        map.insert(consumer.to_owned(), Channel { tx: tx.clone(), event_types: event_types.to_vec(), want });
         Arc::new(SseSink { tx })
     }
 
@@ -192,7 +201,7 @@ pub async fn stream_handler(
         },
     };
     let tenant = q.tenant;
-    let replay = replay(st.pool.clone(), start, channel.event_types.clone(), tenant.clone());
+    let replay = replay(st.pool.clone(), start, channel.event_types.clone(), channel.want.clone(), tenant.clone());
     let live = live(rx, tenant);
     // Live events already sent by the replay are skipped by position.
     let mut sent: Option<Position> = start;
@@ -227,14 +236,20 @@ fn replay(
     pool: PgPool,
     start: Option<Position>,
     types: Vec<String>,
+    want: Option<serde_json::Value>,
     tenant: Option<String>,
 ) -> impl Stream<Item = Event> {
     stream::unfold(start, move |cursor| {
-        let (pool, types, tenant) = (pool.clone(), types.clone(), tenant.clone());
+        let (pool, types, tenant, want) = (pool.clone(), types.clone(), tenant.clone(), want.clone());
         async move {
             let cursor = cursor?;
+            let columns = EVENT_COLUMNS.replace(
+                "e.payload",
+                "CASE WHEN $6::jsonb IS NULL THEN e.payload \
+                      ELSE highwater.upcast_for(e.event_type, e.schema_version, e.payload, $6::jsonb) END AS payload",
+            );
             let sql = format!(
-                "SELECT {EVENT_COLUMNS} FROM highwater.events e
+                "SELECT {columns} FROM highwater.events e
                   WHERE (e.tx_id, e.id) > ($1, $2)
                     AND e.tx_id < {fence}
                     AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
@@ -248,6 +263,7 @@ fn replay(
                 .bind(&types)
                 .bind(&tenant)
                 .bind(REPLAY_PAGE)
+                .bind(want.map(sqlx::types::Json))
                 .fetch_all(&pool)
                 .await
                 .inspect_err(|e| tracing::warn!(error = %e, "SSE replay failed; the client resumes on reconnect"))

@@ -248,7 +248,13 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
         "INSERT INTO highwater.consumers
             (name, delivery, consumer_group, max_attempts, batch_size, event_types, start_from,
              error_mode, suspended, sink, spec, source, partitions)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         -- The types with their former names (event_type_aliases): what status and applied
+         -- read. The dispatcher expands the spec's the same way when it loads it (load_group).
+         VALUES ($1, $2, $3, $4, $5,
+                 $6::text[] || ARRAY(SELECT a.alias FROM highwater.event_type_aliases a
+                                      WHERE a.event_type = ANY ($6::text[]) AND NOT a.alias = ANY ($6::text[])
+                                      ORDER BY a.alias),
+                 $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (name) DO UPDATE SET
             consumer_group = EXCLUDED.consumer_group, max_attempts = EXCLUDED.max_attempts,
             batch_size = EXCLUDED.batch_size, event_types = EXCLUDED.event_types,
@@ -291,7 +297,33 @@ pub async fn load_group(pool: &PgPool, group: &str) -> Result<Vec<Definition>> {
             .bind(group)
             .fetch_all(pool)
             .await?;
-    Ok(rows.into_iter().map(|(name, spec, source)| Definition { name, spec: spec.0, source }).collect())
+    let mut defs: Vec<Definition> =
+        rows.into_iter().map(|(name, spec, source)| Definition { name, spec: spec.0, source }).collect();
+    with_aliases(pool, &mut defs).await?;
+    Ok(defs)
+}
+
+/// Adds to each definition's event types their former names (`event-types rename`), so that a
+/// consumer of a renamed type also reads the events stored under the old name (the bug of
+/// Marten #2615 avoided). One statement per load, nothing when no type was ever renamed.
+pub async fn with_aliases(pool: &PgPool, defs: &mut [Definition]) -> Result<()> {
+    if defs.iter().all(|d| d.spec.event_types.is_empty()) {
+        return Ok(());
+    }
+    let aliases: Vec<(String, String)> =
+        sqlx::query_as("SELECT event_type, alias FROM highwater.event_type_aliases ORDER BY event_type, alias")
+            .fetch_all(pool)
+            .await?;
+    if aliases.is_empty() {
+        return Ok(());
+    }
+    for d in defs.iter_mut() {
+        let types = &mut d.spec.event_types;
+        let add: Vec<String> =
+            aliases.iter().filter(|(t, a)| types.contains(t) && !types.contains(a)).map(|(_, a)| a.clone()).collect();
+        types.extend(add);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

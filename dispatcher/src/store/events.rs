@@ -149,20 +149,67 @@ macro_rules! event_header_arrays {
     };
 }
 
+/// What a batch read returns of each event's body.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Bodies {
+    /// No payload and metadata (a SQL sink reads the events server-side).
+    None,
+    /// Payload and metadata as stored.
+    #[default]
+    AsStored,
+    /// Payloads through `highwater.upcast_for` with this choice (a consumer's `eventVersions`,
+    /// [`highwater_crds::EventVersions::want`]), bound as the read's parameter `$7`.
+    Upcast(serde_json::Value),
+}
+
+impl From<bool> for Bodies {
+    fn from(bodies: bool) -> Bodies {
+        if bodies { Bodies::AsStored } else { Bodies::None }
+    }
+}
+
+impl Bodies {
+    /// The bodies a consumer's sink reads: none for a sink that reads them itself, else as
+    /// stored, or upcast when the consumer asks for versions (`want`).
+    pub fn for_consumer(needs_bodies: bool, want: Option<serde_json::Value>) -> Bodies {
+        match (needs_bodies, want) {
+            (false, _) => Bodies::None,
+            (true, None) => Bodies::AsStored,
+            (true, Some(w)) => Bodies::Upcast(w),
+        }
+    }
+
+    /// The choice to bind as `$7` when the read's text refers to it.
+    pub(crate) fn want(&self) -> Option<&serde_json::Value> {
+        match self {
+            Bodies::Upcast(w) => Some(w),
+            _ => None,
+        }
+    }
+}
+
 /// A batch's events as one array per column over the rows `e`, in the order they come: the
 /// batch reads return one row per batch, not per event, so that the columns beside the events
 /// (the shard row, the fence, the head) travel once and not once per event (a third of the
 /// bytes of a 1,000-event read, and a row to decode per event; docs/benchmarks.md). Without
-/// `bodies` (a SQL sink reads the events server-side) `payloads` and `metadatas` are NULL.
-pub(crate) fn event_arrays(bodies: bool) -> &'static str {
-    if bodies {
-        concat!(event_header_arrays!(), ", array_agg(e.payload) AS payloads, array_agg(e.metadata) AS metadatas")
-    } else {
-        concat!(event_header_arrays!(), ", NULL::jsonb[] AS payloads, NULL::jsonb[] AS metadatas")
+/// bodies (a SQL sink reads the events server-side) `payloads` and `metadatas` are NULL. With
+/// upcasts, each payload goes through `highwater.upcast_for` with the choice bound as `$7`; the
+/// other forms are the same text as before versions existed, so their reads cost nothing more.
+pub(crate) fn event_arrays(bodies: &Bodies) -> &'static str {
+    match bodies {
+        Bodies::AsStored => {
+            concat!(event_header_arrays!(), ", array_agg(e.payload) AS payloads, array_agg(e.metadata) AS metadatas")
+        }
+        Bodies::None => concat!(event_header_arrays!(), ", NULL::jsonb[] AS payloads, NULL::jsonb[] AS metadatas"),
+        Bodies::Upcast(_) => concat!(
+            event_header_arrays!(),
+            ", array_agg(highwater.upcast_for(e.event_type, e.schema_version, e.payload, $7::jsonb)) AS payloads, \
+             array_agg(e.metadata) AS metadatas"
+        ),
     }
 }
 
-type Bodies = Option<Vec<Json<Box<RawValue>>>>;
+type BodyArrays = Option<Vec<Json<Box<RawValue>>>>;
 
 /// The next body of `bodies`, or `none` when the read carried none.
 fn next_body(bodies: &mut Option<std::vec::IntoIter<Json<Box<RawValue>>>>, none: &Body) -> Body {
@@ -180,7 +227,7 @@ pub(crate) fn events_from_arrays(row: &PgRow) -> Result<Vec<Event>> {
     let event_types: Vec<String> = row.try_get("event_types")?;
     let tenants: Vec<Option<String>> = row.try_get("tenant_ids")?;
     let created: Vec<DateTime<Utc>> = row.try_get("created_ats")?;
-    let (payloads, metadatas): (Bodies, Bodies) = (row.try_get("payloads")?, row.try_get("metadatas")?);
+    let (payloads, metadatas): (BodyArrays, BodyArrays) = (row.try_get("payloads")?, row.try_get("metadatas")?);
     let n = ids.len();
     let lengths = [txs.len(), stream_types.len(), stream_ids.len(), versions.len(), event_types.len()];
     let bodies = [payloads.as_ref().map_or(n, Vec::len), metadatas.as_ref().map_or(n, Vec::len)];
@@ -223,6 +270,9 @@ pub struct StreamRead {
     pub as_of: Option<DateTime<Utc>>,
     /// Only events up to this stream version (refused for a stream without versions).
     pub to_version: Option<i64>,
+    /// Payloads upcast to the latest version of their type (`highwater.upcast`), as a consumer
+    /// with `eventVersions: latest` reads them; else as stored.
+    pub latest: bool,
 }
 
 /// A stream's committed events in delivery order, `(tx_id, id)`, which for a versioned stream is
@@ -257,8 +307,9 @@ pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Even
         }
     }
     let rows: Vec<EventRow> = sqlx::query_as(
-        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata,
-                created_at
+        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id,
+                CASE WHEN $5 THEN highwater.upcast(event_type, schema_version, payload) ELSE payload END AS payload,
+                metadata, created_at
            FROM highwater.events
           WHERE stream_type = $1 AND stream_id = $2
             AND ($3::timestamptz IS NULL OR created_at <= $3)
@@ -269,7 +320,29 @@ pub async fn read_stream(pool: &sqlx::PgPool, r: &StreamRead) -> Result<Vec<Even
     .bind(&r.stream_id)
     .bind(r.as_of)
     .bind(r.to_version)
+    .bind(r.latest)
     .fetch_all(pool)
     .await?;
     rows.into_iter().map(Event::try_from).collect()
+}
+
+#[cfg(test)]
+mod bodies_tests {
+    use super::*;
+
+    /// Consumers without `eventVersions` read with the statement they read with before versions
+    /// existed: no upcast is called, no parameter added.
+    #[test]
+    fn only_upcasting_reads_call_the_upcast() {
+        for b in [Bodies::AsStored, Bodies::None, Bodies::from(true), Bodies::from(false)] {
+            assert!(!event_arrays(&b).contains("upcast") && !event_arrays(&b).contains("$7"), "{b:?}");
+            assert!(b.want().is_none());
+        }
+        let up = Bodies::for_consumer(true, Some(serde_json::json!({"*": "latest"})));
+        assert!(
+            event_arrays(&up).contains("highwater.upcast_for(e.event_type, e.schema_version, e.payload, $7::jsonb)")
+        );
+        assert_eq!(Bodies::for_consumer(false, Some(serde_json::json!({"*": "latest"}))), Bodies::None);
+        assert_eq!(Bodies::for_consumer(true, None), Bodies::AsStored);
+    }
 }

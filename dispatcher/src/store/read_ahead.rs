@@ -35,9 +35,10 @@ pub async fn read(
     from: Position,
     types: &[String],
     limit: i64,
-    bodies: bool,
+    bodies: impl Into<crate::events::Bodies>,
 ) -> Result<Option<Ahead>> {
-    let read = shards::read_from(conn, &shard.consumer, &shard.instance_id, Some(from), types, limit, bodies).await?;
+    let bodies = bodies.into();
+    let read = shards::read_from(conn, &shard.consumer, &shard.instance_id, Some(from), types, limit, &bodies).await?;
     Ok(read.map(|read| Ahead { read }))
 }
 

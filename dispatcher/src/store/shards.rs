@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
-    events::{event_arrays, events_from_arrays},
+    events::{Bodies, event_arrays, events_from_arrays},
     literal,
 };
 
@@ -307,7 +307,7 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
                      LIMIT $4) e) b",
         s = fence_cte(),
         fence = fence!(),
-        arrays = event_arrays(true),
+        arrays = event_arrays(&crate::events::Bodies::AsStored),
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(cursor.xid8())
@@ -331,9 +331,9 @@ pub async fn load_and_read(
     instance: &str,
     types: &[String],
     limit: i64,
-    bodies: bool,
+    bodies: impl Into<Bodies>,
 ) -> Result<Option<(Shard, Batch)>> {
-    let read = read_from(conn, consumer, instance, None, types, limit, bodies).await?;
+    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into()).await?;
     Ok(read.map(|r| (r.shard, r.batch)))
 }
 
@@ -358,7 +358,7 @@ pub(crate) async fn read_from(
     from: Option<Position>,
     types: &[String],
     limit: i64,
-    bodies: bool,
+    bodies: &Bodies,
 ) -> Result<Option<Read>> {
     let sql = format!(
         "WITH {s},
@@ -404,15 +404,18 @@ pub(crate) async fn read_from(
         s = fence_cte(),
         arrays = event_arrays(bodies),
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(consumer)
         .bind(instance)
         .bind(types)
         .bind(limit)
         .bind(from.map(|p| p.xid8()))
-        .bind(from.map(|p| p.id))
-        .fetch_optional(conn)
-        .await?;
+        .bind(from.map(|p| p.id));
+    if let Some(want) = bodies.want() {
+        // `$7` of the upcasting form of event_arrays; the other forms have six parameters.
+        query = query.bind(sqlx::types::Json(want.clone()));
+    }
+    let row = query.fetch_optional(conn).await?;
     let Some(row) = row else { return Ok(None) };
     let shard = shard_from_row(&row)?;
     let due = row.try_get::<i32, _>("due")? == 1;

@@ -481,7 +481,9 @@ async fn consumer_sink(env: &Env, d: &definitions::Definition) -> Result<Arc<dyn
         Some(s) => {
             // A whole batch is handed over at once: a smaller buffer would drop every client.
             let buffer = s.buffer.map_or(sse::DEFAULT_BUFFER, |b| b as usize).max(d.spec.batch_size as usize);
-            env.hub.sink(&d.name, &d.spec.event_types, buffer).await
+            env.hub
+                .sink(&d.name, &d.spec.event_types, d.spec.event_versions.as_ref().and_then(|v| v.want()), buffer)
+                .await
         }
         None => sink::build(&d.spec, &env.cfg.webhook_targets)?,
     };

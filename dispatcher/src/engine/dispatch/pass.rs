@@ -30,6 +30,15 @@ pub struct ShardCtx {
 }
 
 impl ShardCtx {
+    /// What the batch reads return of each event: as the sink needs them, upcast when the
+    /// consumer asks for versions (`spec.eventVersions`).
+    fn bodies(&self) -> crate::events::Bodies {
+        crate::events::Bodies::for_consumer(
+            self.sink.needs_bodies(),
+            self.spec.event_versions.as_ref().and_then(|v| v.want()),
+        )
+    }
+
     fn labels(&self) -> ShardLabels {
         ShardLabels::new(&self.consumer, &self.instance_id)
     }
@@ -158,15 +167,8 @@ async fn locked(
     let read = match next.take() {
         Some(ready) => Some(ready),
         None => {
-            shards::load_and_read(
-                conn,
-                &ctx.consumer,
-                &ctx.instance_id,
-                &ctx.spec.event_types,
-                limit,
-                ctx.sink.needs_bodies(),
-            )
-            .await?
+            shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
+                .await?
         }
     };
     let Some((shard, batch)) = read else {
@@ -375,7 +377,7 @@ fn read_beside<'a>(ctx: &'a ShardCtx, b: Pass<'a>) -> Option<impl Future<Output 
             None => tokio::time::timeout(CONNECT_BESIDE, pool.acquire()).await.ok()?.ok()?,
         };
         let (types, limit) = (&ctx.spec.event_types, i64::from(ctx.spec.batch_size));
-        read_ahead::read(&mut conn, b.shard, b.end, types, limit, ctx.sink.needs_bodies()).await.unwrap_or_else(|e| {
+        read_ahead::read(&mut conn, b.shard, b.end, types, limit, ctx.bodies()).await.unwrap_or_else(|e| {
             tracing::debug!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "read ahead failed");
             None
         })
@@ -422,7 +424,7 @@ async fn external(
     let (res, ahead) = if b.full && b.shard.barrier.is_none() {
         let types = &ctx.spec.event_types;
         let limit = i64::from(ctx.spec.batch_size);
-        let read = read_ahead::read(conn, b.shard, b.end, types, limit, ctx.sink.needs_bodies());
+        let read = read_ahead::read(conn, b.shard, b.end, types, limit, ctx.bodies());
         // The read first: its first poll puts the statement on the wire, so PostgreSQL works
         // while the sink does (a log or no-op sink may finish without ever yielding).
         let (ahead, res) = tokio::join!(biased; read, delivery);

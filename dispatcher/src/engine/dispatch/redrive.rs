@@ -83,7 +83,8 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
         return Ok(Redriven::Done { delivered, failed, next });
     }
     let ids: Vec<i64> = jobs.iter().map(Job::event_id).collect();
-    let events = redrive::events(claim.lock.conn(), &ids).await?;
+    let want = ctx.spec.event_versions.as_ref().and_then(|v| v.want());
+    let events = redrive::events(claim.lock.conn(), &ids, want.as_ref()).await?;
     // A replay row whose delivery failed ends its request on this shard (the later rows are
     // marked failed with it): they are skipped here.
     let mut failed_requests: Vec<i64> = Vec::new();

@@ -163,7 +163,9 @@ pub fn idempotency_key(consumer: &str, event_id: i64) -> String {
 /// HTTP server (see `crate::sse::Hub::sink`).
 pub fn build(spec: &ConsumerSpec, webhook_targets: &Arc<TargetPolicy>) -> Result<Arc<dyn Sink>> {
     if let Some(s) = &spec.sink.sql {
-        return Ok(Arc::new(SqlSink::new(s)?));
+        let mut sink = SqlSink::new(s)?;
+        sink.event_versions = spec.event_versions.as_ref().and_then(|v| v.want());
+        return Ok(Arc::new(sink));
     }
     if let Some(s) = &spec.sink.log {
         return Ok(Arc::new(LogSink::new(s)?));

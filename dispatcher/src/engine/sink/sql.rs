@@ -33,6 +33,10 @@ pub struct SqlSink {
     form: SqlForm,
     role: Option<String>,
     timeout_ms: u64,
+    /// The consumer's `eventVersions` as `highwater.upcast_for` takes it: set as the
+    /// transaction-local `highwater.event_versions`, which the session's generated code reads
+    /// (sql_sink_prepare.sql). `None`: the setting stays empty, payloads as stored.
+    pub event_versions: Option<serde_json::Value>,
 }
 
 impl SqlSink {
@@ -52,6 +56,7 @@ impl SqlSink {
             form: spec.form,
             role: spec.role.clone(),
             timeout_ms: timeout.as_millis() as u64,
+            event_versions: None,
         })
     }
 
@@ -83,9 +88,13 @@ impl SqlSink {
     /// LOCAL. It cannot fail: the timeout was checked against PostgreSQL's limit when the sink
     /// was built.
     fn settings(&self, consumer: &str, instance_id: &str) -> String {
+        let versions = match &self.event_versions {
+            Some(v) => format!(", set_config('highwater.event_versions', {}, true)", literal::text(&v.to_string())),
+            None => String::new(),
+        };
         format!(
             "SELECT set_config('statement_timeout', '{}', true), set_config('highwater.consumer', {}, true), \
-             set_config('highwater.instance_id', {}, true)",
+             set_config('highwater.instance_id', {}, true){versions}",
             self.timeout_ms,
             literal::text(consumer),
             literal::text(instance_id)

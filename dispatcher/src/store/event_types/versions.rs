@@ -477,6 +477,19 @@ async fn add_alias(conn: &mut PgConnection, alias: &str, target: &str) -> Result
         .bind(target)
         .execute(&mut *conn)
         .await?;
+    // Consumers of the target read the alias's events from now on: their rows say so (status,
+    // applied) and their dispatchers reload (they expand the spec's types on load).
+    let consumers: Vec<String> = sqlx::query_scalar(
+        "UPDATE highwater.consumers SET event_types = event_types || $1::text
+          WHERE $2 = ANY (event_types) AND NOT $1 = ANY (event_types) RETURNING name",
+    )
+    .bind(alias)
+    .bind(target)
+    .fetch_all(&mut *conn)
+    .await?;
+    for c in consumers {
+        crate::notify::control(&mut *conn, &c).await?;
+    }
     Ok(())
 }
 
@@ -632,4 +645,78 @@ pub async fn rename(pool: &PgPool, old: &str, new: &str) -> Result<Applied> {
     let applied = apply_type_in(&mut tx, &spec).await?;
     tx.commit().await?;
     Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn version(n: i32, schema: Value, upcast: Option<&str>) -> Version {
+        Version { version: n, schema: Some(schema), upcast: upcast.map(str::to_owned) }
+    }
+
+    fn closed(props: Value, required: &[&str]) -> Value {
+        json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+    }
+
+    /// Registered 1 and 2, each pair checked by every mode: Ok, or refused (naming a path).
+    #[test]
+    fn each_mode_checks_its_direction_and_its_range() {
+        let a = json!({"a": {"type": "string"}});
+        let ab = json!({"a": {"type": "string"}, "b": {"type": "string"}});
+        // 1: {a, b}, 2: {a}, both closed (additionalProperties false); 3 is the candidate.
+        let v1 = version(1, closed(ab.clone(), &[]), None);
+        let v2 = version(2, closed(a.clone(), &[]), None);
+        let cases: Vec<(&str, VersionSpec, [bool; 7])> = vec![
+            // Adds optional b to a closed schema: backward holds (2's payloads have no b, 1's
+            // may have a string b), forward fails (a consumer of 2 refuses 3's b).
+            (
+                "optional b added back",
+                VersionSpec { version: 3, schema: Some(closed(ab.clone(), &[])), upcast: None },
+                // backward, backward_t, forward, forward_t, full, full_t, none
+                [true, true, false, false, false, false, true],
+            ),
+            (
+                "b added back as required",
+                VersionSpec { version: 3, schema: Some(closed(ab.clone(), &["b"])), upcast: None },
+                [false, false, false, false, false, false, true],
+            ),
+            (
+                "b required with an upcast (backward is the dry run's)",
+                VersionSpec {
+                    version: 3,
+                    schema: Some(closed(ab.clone(), &["b"])),
+                    upcast: Some("payload || '{\"b\": \"x\"}'".into()),
+                },
+                [true, true, false, false, false, false, true],
+            ),
+            (
+                "same as 2",
+                VersionSpec { version: 3, schema: Some(closed(a.clone(), &[])), upcast: None },
+                // Backward transitive: 1's payloads may hold b, which 3 refuses.
+                [true, false, true, true, true, false, true],
+            ),
+        ];
+        for (name, new, expected) in cases {
+            for (mode, ok) in Compatibility::ALL.into_iter().zip(expected) {
+                let mut notes = Vec::new();
+                let r = check_compatibility("T", mode, &[v1.clone(), v2.clone()], &new, &mut notes);
+                assert_eq!(r.is_ok(), ok, "{name} under {mode}: {r:?}");
+                if let Err(Error::Refused(r)) = r {
+                    assert!(r.problem.contains("$."), "{name} under {mode} names a path: {}", r.problem);
+                    assert!(r.fix.is_some());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn modes_parse_in_every_spelling() {
+        for s in ["backward_transitive", "backward-transitive", "BACKWARD_TRANSITIVE", "BackwardTransitive"] {
+            assert_eq!(s.parse::<Compatibility>().unwrap(), Compatibility::BackwardTransitive);
+        }
+        assert!("sideways".parse::<Compatibility>().is_err());
+        assert_eq!(serde_json::to_value(Compatibility::FullTransitive).unwrap(), json!("full_transitive"));
+    }
 }

@@ -7,6 +7,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("append", include_str!("../../../../migrations/definitions/append.sql")),
     ("append_schema_version", include_str!("../../../../migrations/definitions/append_schema_version.sql")),
     ("upcast", include_str!("../../../../migrations/definitions/upcast.sql")),
+    ("upcast_for", include_str!("../../../../migrations/definitions/upcast_for.sql")),
     ("event_type_dry_run", include_str!("../../../../migrations/definitions/event_type_dry_run.sql")),
     ("append_position", include_str!("../../../../migrations/definitions/append_position.sql")),
     ("stream_partition", include_str!("../../../../migrations/definitions/stream_partition.sql")),

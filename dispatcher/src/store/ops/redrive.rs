@@ -430,14 +430,23 @@ pub async fn due(
     Ok((due, next))
 }
 
-/// The events of `ids`, with their bodies, by id.
-pub async fn events(conn: &mut PgConnection, ids: &[i64]) -> Result<HashMap<i64, Event>> {
+/// The events of `ids`, with their bodies, by id; with `want` (a consumer's `eventVersions`,
+/// `EventVersions::want`) the payloads go through `highwater.upcast_for`, as the consumer's
+/// batch reads do.
+pub async fn events(
+    conn: &mut PgConnection,
+    ids: &[i64],
+    want: Option<&serde_json::Value>,
+) -> Result<HashMap<i64, Event>> {
     let rows: Vec<EventRow> = sqlx::query_as(
-        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata,
-                created_at
+        "SELECT id, tx_id AS tx, stream_type, stream_id, stream_version, event_type, tenant_id,
+                CASE WHEN $2::jsonb IS NULL THEN payload
+                     ELSE highwater.upcast_for(event_type, schema_version, payload, $2::jsonb) END AS payload,
+                metadata, created_at
            FROM highwater.events WHERE id = ANY($1)",
     )
     .bind(ids)
+    .bind(want.map(sqlx::types::Json))
     .fetch_all(conn)
     .await?;
     rows.into_iter().map(|r| Event::try_from(r).map(|e| (e.id, e))).collect()
