@@ -2,7 +2,7 @@
 //! parsed, validated and stored as rows of `highwater.consumers`.
 use std::{collections::BTreeMap, path::Path};
 
-use highwater_crds::{API_VERSION, ConsumerSpec, Delivery, KIND, SHARED_INSTANCE};
+use highwater_crds::{API_VERSION, ConsumerSpec, Delivery, EVENT_TYPE_KIND, KIND, SHARED_INSTANCE};
 use serde::Deserialize;
 use sqlx::{PgPool, types::Json};
 
@@ -58,9 +58,22 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = format!("{source} (document {})", i + 1);
         let bad = |problem: String| Error::Definition { origin: origin.clone(), problem };
-        let Some(d) = Option::<Document>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
+        let Some(value) = Option::<serde_yaml::Value>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
             continue;
         };
+        // An `EventType` beside the consumers (one GitOps folder, examples/): the operator
+        // applies those, and `highwater event-types register` outside Kubernetes.
+        if value.get("kind").and_then(|k| k.as_str()) == Some(EVENT_TYPE_KIND)
+            && value.get("apiVersion").and_then(|v| v.as_str()) == Some(API_VERSION)
+        {
+            tracing::warn!(
+                origin = %origin,
+                "skipped an EventType document: `consumer apply` applies EventConsumers only; the operator applies \
+                 EventTypes (kubectl apply), `highwater event-types register` registers a type outside Kubernetes"
+            );
+            continue;
+        }
+        let d: Document = serde_yaml::from_value(value).map_err(|e| bad(e.to_string()))?;
         if d.api_version != API_VERSION || d.kind != KIND {
             return Err(bad(format!(
                 "expected apiVersion: {API_VERSION} and kind: {KIND}, found {} {}",
@@ -369,6 +382,13 @@ spec:
         let bad = GOOD.replace("eventTypes", "eventType");
         let e = parse(&bad, "file:x.yaml").unwrap_err().to_string();
         assert!(e.contains("unknown field `eventType`") && e.contains("document 1"), "{e}");
+    }
+
+    #[test]
+    fn event_type_documents_are_passed_over() {
+        let et = "---\napiVersion: highwater.dev/v1alpha1\nkind: EventType\nmetadata: {name: order-placed}\nspec: {eventType: OrderPlaced}\n";
+        let defs = parse(&format!("{et}---{GOOD}"), "f").unwrap();
+        assert_eq!(defs, parse(GOOD, "f").unwrap(), "the consumers, without the EventType");
     }
 
     #[test]
