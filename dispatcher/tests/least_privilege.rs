@@ -9,7 +9,7 @@ mod common;
 use std::{path::Path, process::Command, time::Duration};
 
 use common::{Dispatcher, bin, consumer, eventually};
-use highwater::{definitions, embedded::EmbeddedPostgres, kubernetes, ops, shards};
+use highwater::{definitions, embedded::EmbeddedPostgres, event_types, kubernetes, ops, shards};
 use sqlx::PgPool;
 
 const DB: &str = "shop";
@@ -190,6 +190,25 @@ async fn the_printed_roles_suffice_and_refuse_everything_else() {
     let removed = kubernetes::delete_pod_shards_except(&op, "k8s", &[]).await.expect("operator deletes pod shards");
     assert_eq!(removed.len(), 1);
     definitions::delete(&op, "k8s").await.expect("operator deletes a consumer");
+    // An EventType resource: a type with two versions (the second upcast from the first, dry-run
+    // over the stored events) and a former name, as the operator applies it.
+    let spec = event_types::TypeSpec {
+        event_type: "OrderShipped".into(),
+        description: Some("from an EventType".into()),
+        compatibility: event_types::Compatibility::Backward,
+        versions: vec![
+            event_types::VersionSpec { version: 1, schema: Some(serde_json::json!({"type": "object"})), upcast: None },
+            event_types::VersionSpec {
+                version: 2,
+                schema: Some(serde_json::json!({"type": "object", "properties": {"carrier": {"type": "string"}}})),
+                upcast: Some("jsonb_set(payload, '{carrier}', '\"dhl\"')".into()),
+            },
+        ],
+        aliases: vec!["ParcelShipped".into()],
+    };
+    let applied = event_types::apply_type(&op, &spec).await.expect("operator applies an EventType");
+    assert_eq!(applied.latest, 2);
+    event_types::version_counts(&op, "OrderShipped").await.expect("operator counts events per version");
 
     // What each role must not do.
     let dispatcher_pool = c.pool("highwater_dispatcher").await;

@@ -49,9 +49,17 @@ pub const APPLICATION_FUNCTIONS: &[&str] = &[
     "highwater.applied(text, xid8, text)",
 ];
 
-/// The tables the operator writes (consumers from EventConsumers, their pod shards, and the ops
-/// its annotations trigger: restart, skip, rebuild, disable).
-pub const OPERATOR_WRITES: &[&str] = &["highwater.consumers", "highwater.consumer_shards", "highwater.dead_letters"];
+/// The tables the operator writes (consumers from EventConsumers, their pod shards, the ops its
+/// annotations trigger: restart, skip, rebuild, disable; and the registry from EventTypes:
+/// types, their versions and former names).
+pub const OPERATOR_WRITES: &[&str] = &[
+    "highwater.consumers",
+    "highwater.consumer_shards",
+    "highwater.dead_letters",
+    "highwater.event_types",
+    "highwater.event_type_versions",
+    "highwater.event_type_aliases",
+];
 
 /// The generated SQL, in its two parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +151,10 @@ impl Roles {
                 "ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA highwater GRANT {what} ON {on} TO {dispatcher};"
             );
         }
-        let _ = writeln!(a, "\n-- The operator reads every table and writes consumers, shards and dead letters.");
+        let _ = writeln!(
+            a,
+            "\n-- The operator reads every table and writes consumers, shards, dead letters and the event-type registry."
+        );
         let _ = writeln!(a, "GRANT SELECT ON ALL TABLES IN SCHEMA highwater TO {operator};");
         let _ = writeln!(
             a,
