@@ -38,17 +38,21 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "p0", logs.path());
 
-    // Watch the attempts as they happen.
-    let mut seen_attempts: Vec<(i32, Instant)> = Vec::new();
+    // Watch the attempts as they happen. Each failure is recorded with `updated_at = now()`, the
+    // server's time of that attempt's failure: the gaps are measured on it, not on when this loop
+    // happened to see the row (on a loaded machine a poll can lag by tens of milliseconds).
+    let mut seen_attempts: Vec<(i32, f64)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (status, attempts): (String, i32) =
-            sqlx::query_as("SELECT status, attempts FROM highwater.consumer_shards WHERE consumer = 'a'")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
+        let (status, attempts, at): (String, i32, f64) = sqlx::query_as(
+            "SELECT status, attempts, extract(epoch FROM updated_at)::float8
+               FROM highwater.consumer_shards WHERE consumer = 'a'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
         if seen_attempts.last().map(|l| l.0) != Some(attempts) && attempts > 0 {
-            seen_attempts.push((attempts, Instant::now()));
+            seen_attempts.push((attempts, at));
         }
         if status == "dead" {
             break;
@@ -58,8 +62,8 @@ async fn poison_event_goes_dead_after_max_attempts_and_others_go_on() {
     }
     let counts: Vec<i32> = seen_attempts.iter().map(|a| a.0).collect();
     assert_eq!(counts, vec![1, 2, 3], "each attempt counted once");
-    let gap1 = seen_attempts[1].1 - seen_attempts[0].1;
-    let gap2 = seen_attempts[2].1 - seen_attempts[1].1;
+    let gap1 = Duration::from_secs_f64(seen_attempts[1].1 - seen_attempts[0].1);
+    let gap2 = Duration::from_secs_f64(seen_attempts[2].1 - seen_attempts[1].1);
     assert!(gap1 >= Duration::from_millis(250), "first retry waited the initial backoff ({gap1:?})");
     // The second delay lies in [initial, 2 · initial] (jitter only lowers it, never below initial).
     assert!(gap2 >= Duration::from_millis(250), "second retry waited at least the initial backoff ({gap2:?})");
