@@ -26,6 +26,24 @@ pub(super) fn selected(i: usize, n: usize, types: usize) -> Vec<String> {
     if n <= types { (i..types).step_by(n).map(|t| format!("T{t}")).collect() } else { vec![format!("T{}", i % types)] }
 }
 
+/// `n` Shared consumers `c0`, `c1`, … of group `group` that split `types` types between them
+/// ([`selected`]), each applying its events with `sink`: their names and their documents.
+pub(super) fn split_consumers(n: usize, types: usize, group: &str, batch: i64, sink: &str) -> (Vec<String>, String) {
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let yaml = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            format!(
+                "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n  \
+                 delivery: Shared\n  group: {group}\n  batchSize: {batch}\n  eventTypes: [{}]\n  sink: {sink}\n",
+                selected(i, n, types).join(", ")
+            )
+        })
+        .collect();
+    (names, yaml)
+}
+
 /// How the backlog's events are spread over the types.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mix {
@@ -70,19 +88,7 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix) -> Result<Dra
         sqlx::raw_sql(sql).execute(&db.pool).await?;
     }
     let last_id: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await?;
-    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
-    let yaml: String = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            format!(
-                "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n  \
-                 delivery: Shared\n  group: consumers\n  batchSize: {}\n  eventTypes: [{}]\n  sink: {SINK}\n",
-                sizes.batch,
-                selected(i, n, types).join(", ")
-            )
-        })
-        .collect();
+    let (names, yaml) = split_consumers(n, types, "consumers", sizes.batch, SINK);
     let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &DispatcherOpts::group("consumers")).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     sqlx::query("SELECT pg_stat_statements_reset()").execute(&db.pool).await?;

@@ -13,7 +13,7 @@ use sqlx::Row;
 
 use super::{
     BenchDb, Report, Sizes,
-    consumers::{Mix, selected},
+    consumers::{Mix, split_consumers},
     dispatcher::{DispatcherOpts, DispatcherProc},
     latency::write_script_steadily,
     report::per_s,
@@ -64,19 +64,7 @@ async fn run_one(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, lazy: bool)
     sqlx::raw_sql("CREATE TABLE bench_steady (event_id bigint NOT NULL, delivered_at timestamptz NOT NULL)")
         .execute(&db.pool)
         .await?;
-    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
-    let yaml: String = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            format!(
-                "---\napiVersion: highwater.dev/v1alpha1\nkind: EventConsumer\nmetadata: {{name: {name}}}\nspec:\n  \
-                 delivery: Shared\n  group: steady\n  batchSize: {}\n  eventTypes: [{}]\n  sink: {SINK}\n",
-                sizes.batch,
-                selected(i, n, types).join(", ")
-            )
-        })
-        .collect();
+    let (_, yaml) = split_consumers(n, types, "steady", sizes.batch, SINK);
     db.apply(&yaml).await?;
     let mut opts = DispatcherOpts::group("steady");
     if !lazy {
