@@ -170,16 +170,19 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, concurrency: u16, s
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    Controller::new(api, watcher::Config::default().any_semantic())
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
+    let controller = Controller::new(api, watcher::Config::default().any_semantic())
+        .with_config(ControllerConfig::default().concurrency(concurrency));
+    let store = controller.store();
+    let graceful = stop.clone();
+    let run = controller
+        .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "reconcile outcome");
             }
-        })
-        .await;
+        });
+    crate::stopping::run_controller(run, store, stop).await;
 }
 
 #[cfg(test)]

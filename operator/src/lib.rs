@@ -17,5 +17,6 @@ mod leader;
 pub mod metrics;
 pub mod pods;
 pub mod status;
+mod stopping;
 
 pub use error::{Error, Result};

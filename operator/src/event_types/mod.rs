@@ -166,16 +166,18 @@ pub async fn available(client: &Client, namespace: Option<&str>) -> anyhow::Resu
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, concurrency: u16, stop: CancellationToken) {
     let controller = Controller::new(api(&ctx.client, namespace), watcher::Config::default().any_semantic())
         .with_config(ControllerConfig::default().concurrency(concurrency));
-    let tc = Arc::new(TypeContext { ctx, store: controller.store() });
-    controller
-        .graceful_shutdown_on(async move { stop.cancelled().await })
+    let store = controller.store();
+    let tc = Arc::new(TypeContext { ctx, store: store.clone() });
+    let graceful = stop.clone();
+    let run = controller
+        .graceful_shutdown_on(async move { graceful.cancelled().await })
         .run(reconcile, error_policy, tc)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "EventType reconcile outcome");
             }
-        })
-        .await;
+        });
+    crate::stopping::run_controller(run, store, stop).await;
 }
 
 #[cfg(test)]
