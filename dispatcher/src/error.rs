@@ -116,6 +116,15 @@ impl Error {
         self
     }
 
+    /// A refusal's problem with `context` put before it (which document, which version); other
+    /// errors are returned as they are.
+    pub fn in_context(mut self, context: &str) -> Error {
+        if let Error::Refused(r) | Error::Config(r) = &mut self {
+            r.problem = format!("{context}{}", r.problem);
+        }
+        self
+    }
+
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }

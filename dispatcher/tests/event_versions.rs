@@ -694,6 +694,75 @@ async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses
     }
 }
 
+/// `event-types apply -f`: the operator's `EventType` documents applied outside Kubernetes, a
+/// file as one transaction (a refused document leaves the registry as it was, even for the
+/// documents before it), aliases and upcasts as the resource declares them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_applies_event_type_documents_of_a_file_in_one_transaction() {
+    let db = setup(&[]).await;
+    let url = &db.url;
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/order-event-types.yaml");
+    let out = cli_ok(url, &["event-types", "apply", "-f", examples]);
+    assert!(out.contains("event type OrderPlaced: version 1 registered"), "{out}");
+    let once = registry(&db.pool).await;
+    let out = cli_ok(url, &["event-types", "apply", "-f", examples]);
+    assert!(out.contains("OrderPlaced already registered as given"), "idempotent: {out}");
+    assert_eq!(registry(&db.pool).await, once);
+
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let doc = |name: &str, spec: &str| {
+        format!("apiVersion: highwater.dev/v1alpha1\nkind: EventType\nmetadata: {{name: {name}}}\nspec:\n{spec}")
+    };
+    let (s1, s2) = (v1().to_string(), v2().to_string());
+    let shipped = doc(
+        "shipped",
+        &format!(
+            "  eventType: OrderShipped\n  aliases: [OrderSent]\n  versions:\n    - {{version: 1, schema: {s1}}}\n"
+        ),
+    );
+    // A valid first document, a second whose version 2 breaks version 1's readers (a required
+    // property with no upcast): refused naming the second document, and the first not applied.
+    let broken = doc(
+        "paid",
+        &format!(
+            "  eventType: OrderPaid\n  versions:\n    - {{version: 1, schema: {s1}}}\n    - {{version: 2, schema: {s2}}}\n"
+        ),
+    );
+    let consumer = consumer("beside", "delivery: Shared\nsink: {log: {}}").trim_start_matches("---\n").to_owned();
+    let bad = write("bad.yaml", format!("{shipped}---\n{consumer}---\n{broken}"));
+    let before = registry(&db.pool).await;
+    cli_refused(url, &["event-types", "apply", "-f", &bad], "bad.yaml (document 3): ", "upcast");
+    assert_eq!(registry(&db.pool).await, before, "nothing of the file applied");
+
+    // With the upcast the same file applies; the consumer document is passed over and said so.
+    let fixed = broken.replace(&format!("schema: {s2}}}"), &format!("schema: {s2}, upcast: {UPCAST:?}}}"));
+    let good = write("good.yaml", format!("{shipped}---\n{consumer}---\n{fixed}"));
+    let out = cli_ok(url, &["event-types", "apply", "-f", &good]);
+    assert!(out.contains("event type OrderPaid: version 1, 2 registered (latest 2)"), "{out}");
+    assert!(out.contains("passed over 1 EventConsumer document"), "{out}");
+    let alias: String =
+        sqlx::query_scalar("SELECT event_type FROM highwater.event_type_aliases WHERE alias = 'OrderSent'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(alias, "OrderShipped");
+    let upcast: Option<String> = sqlx::query_scalar(
+        "SELECT upcast FROM highwater.event_type_versions WHERE event_type = 'OrderPaid' AND version = 2",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(upcast.as_deref(), Some(UPCAST));
+    assert!(
+        cli(url, &["event-types", "apply", "-f", &write("none.yaml", consumer.clone())]).2.contains("no EventType")
+    );
+}
+
 /// What an upcast costs on read, and what reading as stored costs, over the same events
 /// (printed; `cargo test -p highwater --test event_versions -- --ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

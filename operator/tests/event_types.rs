@@ -177,6 +177,34 @@ async fn event_types_are_reconciled_into_the_registry() {
     })
     .await;
 
+    // v3 again, with an upcast that gives the stored events the total it requires, and a former
+    // name: registered, the alias recorded, stored events read through the upcast.
+    let v3_upcast = V3.replace("  - version: 3\n", "  - version: 3\n    upcast: \"payload || '{\\\"total\\\": 0}'\"\n");
+    let renamed = resource(&[V1, V2, &v3_upcast].concat())
+        .replace("  compatibility: Backward\n", "  compatibility: Backward\n  aliases: [OrderCreated]\n");
+    let out = apply(&w, &renamed).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_status(&w, "order-placed", "v3 with its upcast", |s| {
+        s["latestVersion"] == 3 && condition(s, "Ready")["status"] == "True"
+    })
+    .await;
+    let alias: String =
+        sqlx::query_scalar("SELECT event_type FROM highwater.event_type_aliases WHERE alias = 'OrderCreated'")
+            .fetch_one(&w.pool)
+            .await
+            .unwrap();
+    assert_eq!(alias, "OrderPlaced");
+    let read: Vec<Value> = sqlx::query_scalar(
+        "SELECT highwater.upcast_for(event_type, schema_version, payload, '{\"*\": \"latest\"}')
+           FROM highwater.events WHERE event_type = 'OrderPlaced' ORDER BY id",
+    )
+    .fetch_all(&w.pool)
+    .await
+    .unwrap();
+    assert_eq!(read.len(), 5);
+    assert!(read.iter().all(|p| p["total"] == 0 && p["id"].is_string()), "every stored event upcast to v3: {read:?}");
+    let before = registry(&w.pool, "OrderPlaced").await;
+
     // The API server refuses what the CEL rules and the schema forbid.
     for (yaml, needle) in [
         (resource(&[V1, V3].concat()), "none skipped"),

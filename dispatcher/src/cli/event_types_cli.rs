@@ -55,6 +55,16 @@ written): refused with the incompatible paths or the failing event, nothing chan
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Apply the `EventType` documents of a YAML file (the operator's resource, e.g.
+    /// examples/order-event-types.yaml) to the registry outside Kubernetes, in one transaction:
+    /// every version each declares is registered, or nothing changes and the refusal names the
+    /// document. `EventConsumer` documents beside them are passed over (`consumer apply -f`).
+    #[command(after_help = "Example:
+  highwater event-types apply -f examples/order-event-types.yaml")]
+    Apply {
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        file: PathBuf,
+    },
     /// Rename a type: NEW is registered with OLD's versions (unless it exists), and OLD becomes a
     /// former name of NEW, so consumers of NEW also get the events stored as OLD (upcast with
     /// NEW's versions when they ask for the latest). OLD stays registered: its events name it.
@@ -91,6 +101,7 @@ pub async fn run(pool: &sqlx::PgPool, c: EventTypesCmd) -> Result<()> {
                 }
             }
         }
+        EventTypesCmd::Apply { file } => apply(pool, &file).await?,
         EventTypesCmd::List { output } => {
             let types = event_types::list_types(pool).await?;
             match output {
@@ -161,6 +172,34 @@ pub async fn run(pool: &sqlx::PgPool, c: EventTypesCmd) -> Result<()> {
                 a.latest
             );
         }
+    }
+    Ok(())
+}
+
+async fn apply(pool: &sqlx::PgPool, file: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Error::refused(format!("cannot read {}: {e}", file.display())).with_fix("pass the path of a YAML file with -f")
+    })?;
+    let (docs, consumers) = event_types::parse_documents(&text, &file.display().to_string())?;
+    if docs.is_empty() {
+        return Err(Error::refused(format!("{} holds no EventType document", file.display()))
+            .with_fix("declare types as in examples/order-event-types.yaml (kind: EventType)"));
+    }
+    // One transaction: a file is one change to the registry, as a commit to the Git folder is.
+    let mut tx = pool.begin().await?;
+    let mut applied = Vec::new();
+    for d in &docs {
+        let a = event_types::apply_type_in(&mut tx, &event_types::TypeSpec::from(&d.spec))
+            .await
+            .map_err(|e| e.in_context(&format!("{}: ", d.origin)))?;
+        applied.push((d.spec.event_type.clone(), a));
+    }
+    tx.commit().await?;
+    for (name, a) in &applied {
+        report(name, a);
+    }
+    if consumers > 0 {
+        println!("passed over {consumers} EventConsumer document(s): `highwater consumer apply -f` applies those");
     }
     Ok(())
 }

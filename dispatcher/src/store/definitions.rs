@@ -69,7 +69,7 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
             tracing::warn!(
                 origin = %origin,
                 "skipped an EventType document: `consumer apply` applies EventConsumers only; the operator applies \
-                 EventTypes (kubectl apply), `highwater event-types register` registers a type outside Kubernetes"
+                 EventTypes (kubectl apply), `highwater event-types apply -f` outside Kubernetes"
             );
             continue;
         }

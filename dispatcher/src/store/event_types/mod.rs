@@ -2,7 +2,10 @@
 //! upcast from the version before ([`versions`]), the compatibility mode checked when a version
 //! is registered ([`compat`]), and aliases.
 pub mod compat;
+mod resource;
 mod versions;
+
+pub use resource::{TypeDocument, parse_documents};
 
 pub use versions::{
     Applied, Compatibility, TypeInfo, TypeSpec, Version, VersionCount, VersionSpec, apply_type, apply_type_in, get,

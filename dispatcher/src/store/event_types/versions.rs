@@ -425,13 +425,7 @@ pub async fn apply_type_in(conn: &mut PgConnection, spec: &TypeSpec) -> Result<A
 }
 
 fn prefix(e: Error, p: &str) -> Error {
-    match e {
-        Error::Refused(mut r) => {
-            r.problem = format!("{p}{}", r.problem);
-            Error::Refused(r)
-        }
-        e => e,
-    }
+    e.in_context(p)
 }
 
 /// Records `alias` as a former name of `target` (registering it without a schema if missing).
