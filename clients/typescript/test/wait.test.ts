@@ -203,12 +203,15 @@ describe('waitApplied on a pg.Pool: concurrent waits share one LISTEN connection
       const orders = await Promise.all(Array.from({ length: 30 }, (_, i) => placeOrder(1000 + i)));
       const { settled, all } = waitAll(p, orders, 30_000);
       // A refusal for one consumer rejects only its waiter, not the others sharing the check.
-      const unknown = waitApplied(p, 'no-such-consumer', orders[0]!.token, { timeout: 10_000 });
-      await assert.rejects(unknown, (e) => e instanceof UnknownConsumer && e.code === 'HW010');
+      const unknown = assert.rejects(
+        waitApplied(p, 'no-such-consumer', orders[0]!.token, { timeout: 10_000 }),
+        (e) => e instanceof UnknownConsumer && e.code === 'HW010',
+      );
       await sleep(600);
-      assert.deepEqual(settled, [], 'no dispatcher runs the group `late`: no wait may return yet');
       assert.equal(p.totalCount, 1, 'the pool opened one connection for 31 waits');
       assert.equal((await backends()).length, 1, 'one connection in pg_stat_activity');
+      await unknown;
+      assert.deepEqual(settled, [], 'no dispatcher runs the group `late`: no wait may return yet');
       const late = await startDispatcher('late');
       try {
         for (const [i, o] of (await all).entries()) {
