@@ -33,7 +33,7 @@ const wallNow = () => performance.timeOrigin + performance.now();
 
 async function run(mode) {
   const writePool = new pg.Pool({ connectionString: url, max: Number(opts.writers) });
-  // Each SQL wait holds one connection while it waits: sized for the waits in flight.
+  // The SQL waits share one LISTEN connection of this pool (the helper's hub); 64 is room to spare.
   const waitPool = new pg.Pool({ connectionString: url, max: 64 });
   // Counted on the wait pool's connections: the helper's checks and the notifications they get.
   let checks = 0;

@@ -18,8 +18,13 @@ function required(name: string): string {
   return v;
 }
 
-export function newPool(max = 4): pg.Pool {
-  return new pg.Pool({ connectionString: DATABASE_URL, max });
+/** A pool; `applicationName` tells its connections apart in pg_stat_activity. */
+export function newPool(max = 4, applicationName?: string): pg.Pool {
+  return new pg.Pool({
+    connectionString: DATABASE_URL,
+    max,
+    ...(applicationName ? { application_name: applicationName } : {}),
+  });
 }
 
 /** A fresh id, so that tests running side by side never share a stream. */

@@ -6,6 +6,7 @@ import {
   HighwaterError,
   UnknownConsumer,
   append,
+  closeWaits,
   token,
   waitApplied,
   waitAppliedHttp,
@@ -137,16 +138,165 @@ describe('waitApplied over SQL', () => {
     });
   });
 
-  test('the pool gets its client back, not listening any more', async () => {
-    const order = await placeOrder(3);
-    await waitApplied(pool, 'order-projection', order.token, { timeout: 10_000 });
-    await waitApplied(pool, 'stalled', order.token, { timeout: 50 });
-    const client = await pool.connect();
+  test('the pool gets its client back, not listening any more, once the last wait is over', async () => {
+    // One client only: the one the waits LISTENed on is the one the pool hands out afterwards.
+    const one = newPool(1);
     try {
-      const { rows } = await client.query('SELECT count(*)::int AS n FROM pg_listening_channels()');
-      assert.equal(rows[0].n, 0);
+      const order = await placeOrder(3);
+      await waitApplied(one, 'order-projection', order.token, { timeout: 10_000 });
+      await waitApplied(one, 'stalled', order.token, { timeout: 50 });
+      // The hub keeps its client 100 ms after the last wait (waits that follow share it).
+      await sleep(300);
+      assert.equal(one.totalCount, 1);
+      assert.equal(one.idleCount, 1, 'the LISTEN client is back in the pool');
+      const client = await one.connect();
+      try {
+        const { rows } = await client.query('SELECT count(*)::int AS n FROM pg_listening_channels()');
+        assert.equal(rows[0].n, 0);
+      } finally {
+        client.release();
+      }
     } finally {
-      client.release();
+      await one.end();
+    }
+  });
+});
+
+describe('waitApplied on a pg.Pool: concurrent waits share one LISTEN connection', () => {
+  /** A pool whose connections pg_stat_activity names, counting the wait's check statements. */
+  function countedPool(max: number) {
+    const name = uid('hw-wait-test');
+    const p = newPool(max, name);
+    const counts = { checks: 0 };
+    p.on('connect', (client) => {
+      const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+      (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
+        const text = a[0] as { text?: string } | string;
+        if (String((text as { text?: string })?.text ?? text).includes('highwater.applied')) counts.checks++;
+        return query(...a);
+      };
+    });
+    const backends = async () =>
+      (
+        await pool.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid', [name])
+      ).rows.map((r) => r.pid as number);
+    return { pool: p, counts, backends };
+  }
+
+  /** Starts a wait for each order and records, the moment each resolves, whether the
+   * projection already holds its write (read right then, on another connection). */
+  function waitAll(db: Executor, orders: { orderId: string; token: string }[], timeout: number) {
+    const settled: string[] = [];
+    const all = Promise.all(
+      orders.map(async (o) => {
+        const r = await waitApplied(db, 'late-projection', o.token, { timeout });
+        settled.push(o.orderId);
+        return { ...o, r, total: r.applied ? await projected('late_totals', o.orderId) : undefined };
+      }),
+    );
+    return { settled, all };
+  }
+
+  test('many waits: one connection, a few checks, none released before its write is applied', async () => {
+    const { pool: p, counts, backends } = countedPool(10);
+    try {
+      const orders = await Promise.all(Array.from({ length: 30 }, (_, i) => placeOrder(1000 + i)));
+      const { settled, all } = waitAll(p, orders, 30_000);
+      // A refusal for one consumer rejects only its waiter, not the others sharing the check.
+      const unknown = assert.rejects(
+        waitApplied(p, 'no-such-consumer', orders[0]!.token, { timeout: 10_000 }),
+        (e) => e instanceof UnknownConsumer && e.code === 'HW010',
+      );
+      await sleep(600);
+      assert.equal(p.totalCount, 1, 'the pool opened one connection for 31 waits');
+      assert.equal((await backends()).length, 1, 'one connection in pg_stat_activity');
+      await unknown;
+      assert.deepEqual(settled, [], 'no dispatcher runs the group `late`: no wait may return yet');
+      const late = await startDispatcher('late');
+      try {
+        for (const [i, o] of (await all).entries()) {
+          assert.deepEqual(o.r, { applied: true });
+          assert.equal(o.total, 1000 + i, `${o.orderId}: projected when its wait returned`);
+        }
+      } finally {
+        await late.stop();
+      }
+      assert.equal(p.totalCount, 1);
+      // One per wake-up for all the waiters (the first, the polls every 250 ms, the
+      // notifications), where one check per waiter and notification would be 30 at least.
+      assert.ok(counts.checks < 20, `${counts.checks} checks for 30 waits`);
+    } finally {
+      await p.end();
+    }
+  });
+
+  test('a waiter times out at its own timeout while the others go on', async () => {
+    const { pool: p, backends } = countedPool(4);
+    try {
+      const order = await placeOrder(5);
+      const started = Date.now();
+      const stalled = waitApplied(p, 'stalled', order.token, { timeout: 300 }).then((r) => ({
+        r,
+        took: Date.now() - started,
+      }));
+      const applied = waitApplied(p, 'order-projection', order.token, { timeout: 10_000 });
+      const long = waitApplied(p, 'stalled', order.token, { timeout: 1_500 });
+      assert.deepEqual(await applied, { applied: true });
+      const s = await stalled;
+      assert.deepEqual(s.r, { applied: false });
+      assert.ok(s.took >= 300 && s.took < 1_500, `timed out after ${s.took} ms`);
+      assert.equal((await backends()).length, 1);
+      assert.deepEqual(await long, { applied: false });
+      // The last waiter gone, the connection goes back to the pool after its short linger.
+      await sleep(300);
+      assert.equal(p.idleCount, p.totalCount);
+    } finally {
+      await p.end();
+    }
+  });
+
+  test('a dropped LISTEN connection (pg_terminate_backend) loses no waiter', async () => {
+    const { pool: p, backends } = countedPool(4);
+    try {
+      const orders = await Promise.all(Array.from({ length: 10 }, (_, i) => placeOrder(2000 + i)));
+      const { settled, all } = waitAll(p, orders, 30_000);
+      await sleep(300);
+      const [pid] = await backends();
+      assert.ok(pid, 'the LISTEN connection is up');
+      await pool.query('SELECT pg_terminate_backend($1)', [pid]);
+      // Re-opened: a new backend listens in its place, the waiters still wait.
+      await sleep(300);
+      const now = await backends();
+      assert.equal(now.length, 1);
+      assert.notEqual(now[0], pid);
+      assert.deepEqual(settled, []);
+      const late = await startDispatcher('late');
+      try {
+        for (const [i, o] of (await all).entries()) {
+          assert.deepEqual(o.r, { applied: true });
+          assert.equal(o.total, 2000 + i, `${o.orderId}: projected when its wait returned`);
+        }
+      } finally {
+        await late.stop();
+      }
+    } finally {
+      await p.end();
+    }
+  });
+
+  test('closeWaits rejects the pending waits and gives the connection back', async () => {
+    const { pool: p } = countedPool(2);
+    try {
+      const order = await placeOrder(1);
+      const w = waitApplied(p, 'stalled', order.token, { timeout: 10_000 });
+      const rejected = assert.rejects(w, /shutting down/);
+      await sleep(100);
+      await closeWaits(p, new Error('shutting down'));
+      await rejected;
+      await sleep(50);
+      assert.equal(p.idleCount, p.totalCount);
+    } finally {
+      await p.end();
     }
   });
 });
