@@ -1,9 +1,13 @@
 //! Compatibility of two JSON Schemas of the subset highwater enforces ([`super::SUPPORTED_KEYWORDS`]):
 //! is every payload valid under the *writer* schema also valid under the *reader* schema?
 //!
-//! No maintained Rust crate does this (the `jsoncompat` checker is a Python package); this is the
-//! subset the registry needs, conservative: when it cannot prove that a writer's payload fits the
-//! reader, it reports the path. Tested against a table of schema pairs (below).
+//! The `jsoncompat` crate (Rust, 0.5.0) was evaluated against this checker and not adopted: its
+//! backward role accepts the open-content cases below by assuming writers never sent undeclared
+//! properties, it explains one incompatible path rather than each, and it refuses `$schema`s other
+//! than 2020-12 that highwater accepts (docs/events.md, "Why this checker"; the evidence is the
+//! test module `vs_jsoncompat`, which also uses it as an oracle for this one). This is the subset
+//! the registry needs, conservative: when it cannot prove that a writer's payload fits the reader,
+//! it reports the path. Tested against a table of schema pairs (below).
 //!
 //! The **open content model** is the case that trips schema registries (Confluent #1458): a
 //! writer schema without `additionalProperties: false` accepts any value under any property it
@@ -311,6 +315,9 @@ fn object(w: &Value, r: &Value, path: &str, out: &mut Vec<Finding>) {
 }
 
 #[cfg(test)]
+mod vs_jsoncompat;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -325,7 +332,7 @@ mod tests {
 
     /// (name, writer, reader, expected: "ok" | "open" (only open-content findings) | a path that
     /// must be among the hard findings).
-    fn table() -> Vec<(&'static str, Value, Value, &'static str)> {
+    pub(super) fn table() -> Vec<(&'static str, Value, Value, &'static str)> {
         let id = json!({"id": {"type": "string"}});
         let id_total = json!({"id": {"type": "string"}, "total": {"type": "number"}});
         vec![
