@@ -43,6 +43,12 @@ pub struct EventConsumerStatus {
     /// The last `highwater.dev/redrive` annotation value acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_redrive: Option<String>,
+    /// The last `highwater.dev/discard` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_discard: Option<String>,
+    /// The last `highwater.dev/replay` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_replay: Option<String>,
 }
 
 /// One cursor row.

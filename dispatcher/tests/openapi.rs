@@ -137,9 +137,10 @@ async fn the_document_is_served_and_true_to_the_server() {
     let ops = documented(&doc);
     let redrive = "/v1/consumers/{name}/redrive";
     let replay = "/v1/consumers/{name}/replay";
+    let discard = "/v1/consumers/{name}/discard";
     assert!(
-        ops.keys().all(|(p, m)| m == if p == redrive || p == replay { "POST" } else { "GET" }),
-        "the router has GET routes only, and POST for the redrive and the replay"
+        ops.keys().all(|(p, m)| m == if [redrive, replay, discard].contains(&p.as_str()) { "POST" } else { "GET" }),
+        "the router has GET routes only, and POST for the redrive, the replay and the discard"
     );
 
     let mut pg = setup(&["Tick"]).await;
@@ -304,6 +305,58 @@ async fn the_document_is_served_and_true_to_the_server() {
         .unwrap();
     assert_eq!(by, "http:ops-token-1");
 
+    // The discard of a dead letter of proj that blocks its stream (as errorMode skipStream
+    // parks them): the one parked behind it is released.
+    let mut tx = pg.pool.begin().await.unwrap();
+    let blocker = append(&mut tx, &NewEvent::new("s", "3", "Tick", json!({}))).await.unwrap();
+    let parked = append(&mut tx, &NewEvent::new("s", "3", "Tick", json!({}))).await.unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query(
+        "INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error, blocked_by)
+         VALUES ('proj', '__shared__', $1, 1, 'boom', NULL), ('proj', '__shared__', $2, 0, 'blocked', $1)",
+    )
+    .bind(blocker)
+    .bind(parked)
+    .execute(&pg.pool)
+    .await
+    .unwrap();
+    let discard_one = format!("{{\"event\": {blocker}, \"reason\": \"openapi\"}}");
+    let discard_parked = format!("{{\"event\": {parked}, \"reason\": \"openapi\"}}");
+    let cases: &[(&str, Option<&str>, &str, u16)] = &[
+        ("/v1/consumers/proj/discard", ops_token, "not json", 400),
+        ("/v1/consumers/proj/discard", ops_token, "{}", 400),
+        ("/v1/consumers/proj/discard", ops_token, &format!("{{\"event\": {blocker}, \"reason\": \" \"}}"), 400),
+        (
+            "/v1/consumers/proj/discard",
+            ops_token,
+            &format!("{{\"event\": {blocker}, \"reason\": \"x\", \"yes\": 1}}"),
+            400,
+        ),
+        ("/v1/consumers/proj/discard", None, &discard_one, 401),
+        // A token of the streams and the wait cannot discard.
+        ("/v1/consumers/proj/discard", Some(TOKEN), &discard_one, 401),
+        ("/v1/consumers/nope/discard", ops_token, &discard_one, 404),
+        ("/v1/consumers/proj/discard", ops_token, r#"{"event": 999999, "reason": "x"}"#, 409),
+        ("/v1/consumers/proj/discard", ops_token, &discard_parked, 409),
+        ("/v1/consumers/proj/discard", ops_token, &discard_one, 200),
+        // Discarded already.
+        ("/v1/consumers/proj/discard", ops_token, &discard_one, 409),
+    ];
+    for (url, token, body, want) in cases {
+        let (status, answer) = s.post(&ops, port, discard, url, *token, body).await;
+        assert_eq!(status, *want, "POST {url} {body}: {answer}");
+        if *want == 200 {
+            let d: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!((d["event_id"].as_i64(), d["released"].clone()), (Some(blocker), json!([parked])), "{answer}");
+        }
+    }
+    let by: Option<String> = sqlx::query_scalar("SELECT discarded_by FROM highwater.dead_letters WHERE event_id = $1")
+        .bind(blocker)
+        .fetch_one(&pg.pool)
+        .await
+        .unwrap();
+    assert_eq!(by.as_deref(), Some("http:ops-token-1"));
+
     // Without the database: the 503s.
     pg.pg.stop();
     assert_eq!(s.get(&ops, port, "/readyz", "/readyz", false, &[]).await.0, 503);
@@ -313,6 +366,7 @@ async fn the_document_is_served_and_true_to_the_server() {
     assert_eq!(s.get(&ops, port, events, "/v1/consumers/live/events", true, &[("Last-Event-ID", &last)]).await.0, 503);
     assert_eq!(s.post(&ops, port, redrive, "/v1/consumers/proj/redrive", ops_token, r#"{"all": true}"#).await.0, 503);
     assert_eq!(s.post(&ops, port, replay, "/v1/consumers/proj/replay", ops_token, stream).await.0, 503);
+    assert_eq!(s.post(&ops, port, discard, "/v1/consumers/proj/discard", ops_token, &discard_one).await.0, 503);
 
     assert!(s.problems.is_empty(), "answers the document does not describe:\n{}", s.problems.join("\n"));
     for (op, statuses) in &ops {

@@ -234,3 +234,103 @@ async fn a_parked_event_whose_redrive_fails_blocks_its_stream_and_the_rest_waits
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(seen(&db.pool).await, vec![a1, b1, a2, a3, a4, a5]);
 }
+
+/// (event, discarded_by, discard_reason, redrive_at set, redriven)
+async fn discard_state(pool: &PgPool) -> Vec<(i64, Option<String>, Option<String>, bool, bool)> {
+    sqlx::query_as(
+        "SELECT event_id, discarded_by, discard_reason, redrive_at IS NOT NULL, redriven_at IS NOT NULL
+           FROM highwater.dead_letters ORDER BY event_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discarding_the_blocker_releases_the_parked_events_in_order_once_and_the_stream_goes_on_without_it() {
+    let db = setup(&["Tick"]).await;
+    sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
+    apply(&db.pool, &sql_consumer("a", "skipStream")).await;
+    let ev = append_streams(&db.pool).await;
+    let [a1, a2, a3, a4] = ev.a;
+    let [b1, b2] = ev.b;
+    let logs = tempfile::tempdir().unwrap();
+    let _d = Dispatcher::start(&db.url, "s0", logs.path());
+    wait_count(&db.pool, "SELECT count(*) FROM highwater.dead_letters", 3, Duration::from_secs(30)).await;
+    eventually("the cursor at the last event", Duration::from_secs(30), || async { cursor_id(&db.pool).await == a4 })
+        .await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2]);
+    // From here on a2 would apply if anything delivered it: the test sees a delivery of the
+    // discarded event instead of a failure hiding it.
+    sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();
+
+    // Refusals, each with its fix, and nothing changed.
+    let before = (letters(&db.pool).await, discard_state(&db.pool).await);
+    let refusals: [(Vec<String>, String); 4] = [
+        (vec![a3.to_string()], format!("parked behind dead letter {a2}")),
+        (vec![a1.to_string()], format!("event {a1} is not a dead letter of consumer a")),
+        (vec!["999999".into()], "event 999999 is not a dead letter of consumer a".into()),
+        (vec![a2.to_string(), "--instance".into(), "nope".into()], "(instance nope)".into()),
+    ];
+    for (args, want) in &refusals {
+        let mut argv = vec!["consumer", "discard", "a", "--reason", "cannot be fixed", "--yes", "--event"];
+        argv.extend(args.iter().map(String::as_str));
+        let (code, out, err) = cli(&db.url, &argv);
+        assert_ne!(code, 0, "{argv:?}: {out}");
+        assert!(err.contains(want.as_str()) && err.contains("fix:"), "{argv:?}: {err}");
+    }
+    // Without --yes and without a terminal: asks, so refuses.
+    let (code, out, err) = cli(&db.url, &["consumer", "discard", "a", "--event", &a2.to_string(), "--reason", "x"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("needs a confirmation") && err.contains("--yes"), "{err}");
+    let (code, _, err) =
+        cli(&db.url, &["consumer", "discard", "nope", "--event", &a2.to_string(), "--reason", "x", "--yes"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no consumer named \"nope\""), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((letters(&db.pool).await, discard_state(&db.pool).await), before, "refusals change nothing");
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2]);
+
+    // The blocker discarded: a3, a4 follow in stream order, each once; a2 never.
+    let (code, out, err) =
+        cli(&db.url, &["consumer", "discard", "a", "--event", &a2.to_string(), "--reason", "cannot be fixed", "--yes"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("released, requested for redrive in stream order: {a3}, {a4}")), "{out}");
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(30)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2, a3, a4]);
+    let s = discard_state(&db.pool).await;
+    let me = s[0].1.clone().expect("discarded_by recorded");
+    assert_eq!(s[0], (a2, Some(me.clone()), Some("cannot be fixed".into()), false, false), "{s:?}");
+    for row in &s[1..] {
+        assert_eq!((row.1.as_ref(), row.3, row.4), (None, false, true), "released and redriven: {s:?}");
+    }
+    let reasons: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT redrive_by, redrive_reason FROM highwater.dead_letters WHERE event_id <> $1")
+            .bind(a2)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let reason = format!("after dead letter {a2} was discarded (errorMode skipStream)");
+    assert!(reasons.iter().all(|r| r == &(Some(me.clone()), Some(reason.clone()))), "{reasons:?}");
+    assert_eq!(cursor_id(&db.pool).await, a4, "the cursor untouched");
+
+    // Live delivery of a goes on; a2 stays out of every redrive.
+    let a5 = add(&db.pool, "a", false).await;
+    wait_count(&db.pool, "SELECT count(*) FROM seen", 6, Duration::from_secs(30)).await;
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--all", "--wait", "0s"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("no dead letter of consumer a that can be redriven matches"), "{err}");
+    let (code, out, err) = cli(&db.url, &["consumer", "redrive", "a", "--event", &a2.to_string()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("it was discarded at") && err.contains("fix:"), "{err}");
+    let (code, out, err) =
+        cli(&db.url, &["consumer", "discard", "a", "--event", &a2.to_string(), "--reason", "again", "--yes"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("already discarded") && err.contains("fix:"), "{err}");
+    let (code, out, _) = cli(&db.url, &["consumer", "dead-letters", "a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("discarded") && out.contains("cannot be fixed"), "{out}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(seen(&db.pool).await, vec![a1, b1, b2, a3, a4, a5], "each exactly once, a2 never");
+    assert_eq!(letters(&db.pool).await.len(), 3, "a5 not parked");
+}

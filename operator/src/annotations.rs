@@ -8,6 +8,7 @@ use crate::{
     Result,
     context::Context,
     events::{self, Reason},
+    stream_annotations,
 };
 
 /// Any new value restarts the consumer's dead shards once.
@@ -26,6 +27,8 @@ pub struct Handled {
     pub skip: Option<String>,
     pub rebuild: Option<String>,
     pub redrive: Option<String>,
+    pub discard: Option<String>,
+    pub replay: Option<String>,
 }
 
 pub async fn handle(
@@ -39,6 +42,8 @@ pub async fn handle(
         skip: prev.and_then(|p| p.handled_skip.clone()),
         rebuild: prev.and_then(|p| p.handled_rebuild.clone()),
         redrive: prev.and_then(|p| p.handled_redrive.clone()),
+        discard: prev.and_then(|p| p.handled_discard.clone()),
+        replay: prev.and_then(|p| p.handled_replay.clone()),
     };
     let ann = ec.annotations();
     if let Some(v) = ann.get(RESTART).filter(|v| out.restart.as_ref() != Some(*v)) {
@@ -86,6 +91,14 @@ pub async fn handle(
         redrive(ctx, ec, consumer, v).await?;
         out.redrive = Some(v.clone());
     }
+    if let Some(v) = ann.get(stream_annotations::DISCARD).filter(|v| out.discard.as_ref() != Some(*v)) {
+        stream_annotations::discard(ctx, ec, consumer, v).await?;
+        out.discard = Some(v.clone());
+    }
+    if let Some(v) = ann.get(stream_annotations::REPLAY).filter(|v| out.replay.as_ref() != Some(*v)) {
+        stream_annotations::replay(ctx, ec, consumer, v).await?;
+        out.replay = Some(v.clone());
+    }
     Ok(out)
 }
 
@@ -98,12 +111,12 @@ fn redrive_target(value: &str) -> Option<Option<i64>> {
     target.parse::<i64>().ok().filter(|id| *id > 0).map(Some)
 }
 
-/// Who set the annotation, as far as the object says: the field manager that owns it (the
+/// Who set the annotation `key`, as far as the object says: the field manager that owns it (the
 /// Kubernetes user is in the API server's audit log, not in the object).
-fn annotated_by(ec: &EventConsumer) -> String {
+pub fn annotated_by(ec: &EventConsumer, key: &str) -> String {
     let manager = ec.managed_fields().iter().find_map(|m| {
         let fields = m.fields_v1.as_ref()?;
-        fields.0.get("f:metadata")?.get("f:annotations")?.get(format!("f:{REDRIVE}"))?;
+        fields.0.get("f:metadata")?.get("f:annotations")?.get(format!("f:{key}"))?;
         m.manager.clone()
     });
     format!("kubernetes:{}", manager.as_deref().unwrap_or("unknown field manager"))
@@ -120,7 +133,7 @@ async fn redrive(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str)
     let ns = ec.namespace().unwrap_or_default();
     let request = ops::redrive::Request {
         selection,
-        by: annotated_by(ec),
+        by: annotated_by(ec, REDRIVE),
         reason: Some(format!("annotation {REDRIVE}={value} on {ns}/{}", ec.name_any())),
         rate: None,
         dry_run: false,

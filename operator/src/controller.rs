@@ -95,6 +95,8 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         next.handled_skip = h.skip;
         next.handled_rebuild = h.rebuild;
         next.handled_redrive = h.redrive;
+        next.handled_discard = h.discard;
+        next.handled_replay = h.replay;
     }
     for s in status::newly_dead(prev, &next) {
         let note = format!(

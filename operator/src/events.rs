@@ -23,6 +23,10 @@ pub enum Reason {
     RebuildRefused,
     Redriven,
     RedriveRefused,
+    Discarded,
+    DiscardRefused,
+    Replayed,
+    ReplayRefused,
     /// The spec could not be applied.
     Refused(Problem),
     /// An `EventType`'s version was refused by the registry (which is unchanged).
@@ -47,6 +51,10 @@ impl Reason {
             Reason::RebuildRefused => "RebuildRefused",
             Reason::Redriven => "Redriven",
             Reason::RedriveRefused => "RedriveRefused",
+            Reason::Discarded => "Discarded",
+            Reason::DiscardRefused => "DiscardRefused",
+            Reason::Replayed => "Replayed",
+            Reason::ReplayRefused => "ReplayRefused",
             Reason::Refused(p) => p.as_str(),
             Reason::VersionRefused => "VersionRefused",
             Reason::TypeConflict => "Conflict",
@@ -61,6 +69,8 @@ impl Reason {
             | Reason::PodShardsRemoved
             | Reason::Rebuilt
             | Reason::Redriven
+            | Reason::Discarded
+            | Reason::Replayed
             | Reason::VersionsRegistered => EventType::Normal,
             _ => EventType::Warning,
         }

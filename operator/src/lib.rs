@@ -18,5 +18,6 @@ pub mod metrics;
 pub mod pods;
 pub mod status;
 mod stopping;
+mod stream_annotations;
 
 pub use error::{Error, Result};

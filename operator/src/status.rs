@@ -118,6 +118,8 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
         handled_skip: i.previous.and_then(|p| p.handled_skip.clone()),
         handled_rebuild: i.previous.and_then(|p| p.handled_rebuild.clone()),
         handled_redrive: i.previous.and_then(|p| p.handled_redrive.clone()),
+        handled_discard: i.previous.and_then(|p| p.handled_discard.clone()),
+        handled_replay: i.previous.and_then(|p| p.handled_replay.clone()),
         rebuild: rows.iter().find_map(|r| r.rebuild.as_ref().filter(|p| !p.complete)).map(|p| p.to_string()),
     }
 }

@@ -88,6 +88,28 @@ pub enum ConsumerCmd {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Discard one dead letter: it is kept, marked with who, why and when, and never delivered
+    /// (no redrive selection takes it). When it blocks its stream (`errorMode: skipStream`), the
+    /// events parked behind it are requested for redrive in stream order, as after its redrive:
+    /// the stream goes on without it. Refused for anything but an open dead letter that is not
+    /// parked behind another.
+    Discard {
+        name: String,
+        /// The event whose dead letter is discarded.
+        #[arg(long)]
+        event: i64,
+        /// Only this instance's dead letter (a PerInstance consumer); default: every shard's.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Why, recorded on the dead letter.
+        #[arg(long)]
+        reason: String,
+        /// Do not ask for confirmation (a command without a terminal needs it).
+        #[arg(short, long)]
+        yes: bool,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Deliver one stream's events to the consumer again (e.g. to rebuild one record of a read
     /// model that missed an event): through the path of a redrive (its sink, the same idempotency
     /// key, tenant, role, correlation and causation; exactly once per replayed event for a SQL
@@ -276,6 +298,10 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             };
             let request = ops::redrive::Request { selection, by: os_user(), reason, rate, dry_run: true };
             redrive(pool, request, dry_run, yes, wait, output).await?;
+        }
+        ConsumerCmd::Discard { name, event, instance, reason, yes, output } => {
+            let request = ops::discard::Request { consumer: name, event, instance, by: os_user(), reason };
+            super::discard::run(pool, request, yes, output).await?;
         }
         ConsumerCmd::Replay { name, stream, since, dry_run, reason, yes, wait, output } => {
             let request = ops::replay::Request { consumer: name, stream, since, by: os_user(), reason, dry_run: true };
@@ -577,7 +603,7 @@ fn render_plan(p: &ops::redrive::Plan, dry_run: bool) -> String {
 }
 
 /// Who runs this command, as recorded on each dead letter: the OS user.
-fn os_user() -> String {
+pub(super) fn os_user() -> String {
     let uid = nix::unistd::getuid();
     match nix::unistd::User::from_uid(uid) {
         Ok(Some(u)) => u.name,

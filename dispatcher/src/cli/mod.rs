@@ -4,6 +4,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod consumer;
+mod discard;
 mod doctor;
 mod event_types_cli;
 mod events;

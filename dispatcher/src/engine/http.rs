@@ -1,6 +1,6 @@
 //! The dispatcher's HTTP server: `/metrics`, `/healthz`, `/readyz`, the SSE streams and the
 //! read-your-writes wait (`/v1/consumers/{name}/applied`), the redrive of dead letters
-//! (`/v1/consumers/{name}/redrive`), the replay of a stream (`/v1/consumers/{name}/replay`),
+//! (`/v1/consumers/{name}/redrive`) and their discard (`…/discard`), the replay of a stream (`/v1/consumers/{name}/replay`),
 //! and `/openapi.json`, their description (docs/openapi.json, embedded; tests/openapi.rs keeps
 //! it true to this router).
 use std::{
@@ -22,7 +22,7 @@ use axum::{
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Result, metrics::Metrics, redrive_http, sse, wait_http};
+use crate::{Error, Result, discard_http, metrics::Metrics, redrive_http, sse, wait_http};
 
 #[derive(Clone)]
 pub struct Health {
@@ -68,6 +68,7 @@ pub async fn serve(
             Router::new()
                 .route("/v1/consumers/{name}/redrive", post(redrive_http::redrive_handler))
                 .route("/v1/consumers/{name}/replay", post(redrive_http::replay_handler))
+                .route("/v1/consumers/{name}/discard", post(discard_http::discard_handler))
                 .with_state(ops),
         )
         // A path no route matches: plain text, as every other refusal of this server.

@@ -1,5 +1,6 @@
 //! The delivery engine: the dispatcher's loop, the sinks, the SSE hub and the HTTP endpoints.
 //! Built on the store; nothing here is called by the store.
+pub mod discard_http;
 pub mod dispatch;
 pub mod http;
 pub mod instance;

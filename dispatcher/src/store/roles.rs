@@ -50,12 +50,13 @@ pub const APPLICATION_FUNCTIONS: &[&str] = &[
 ];
 
 /// The tables the operator writes (consumers from EventConsumers, their pod shards, the ops its
-/// annotations trigger: restart, skip, rebuild, disable; and the registry from EventTypes:
-/// types, their versions and former names).
+/// annotations trigger: restart, skip, rebuild, disable, redrive, discard, replay; and the
+/// registry from EventTypes: types, their versions and former names).
 pub const OPERATOR_WRITES: &[&str] = &[
     "highwater.consumers",
     "highwater.consumer_shards",
     "highwater.dead_letters",
+    "highwater.replays",
     "highwater.event_types",
     "highwater.event_type_versions",
     "highwater.event_type_aliases",

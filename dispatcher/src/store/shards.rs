@@ -594,7 +594,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
 }
 
 /// `errorMode: skipStream`: the streams of the shard that a dead letter blocks (one that is not
-/// redriven yet, pending redrives included), each with the event id of its first blocking dead
+/// redriven yet, pending redrives included; a discarded one no longer blocks), each with the event id of its first blocking dead
 /// letter (the one the later events are parked behind).
 pub async fn blocked_streams(
     conn: &mut PgConnection,
@@ -604,7 +604,7 @@ pub async fn blocked_streams(
         "SELECT e.stream_type, e.stream_id, min(coalesce(d.blocked_by, d.event_id))
            FROM highwater.dead_letters d
            JOIN highwater.events e ON e.id = d.event_id
-          WHERE d.consumer = $1 AND d.instance_id = $2 AND d.redriven_at IS NULL
+          WHERE d.consumer = $1 AND d.instance_id = $2 AND d.redriven_at IS NULL AND d.discarded_at IS NULL
           GROUP BY e.stream_type, e.stream_id",
     )
     .bind(&shard.consumer)

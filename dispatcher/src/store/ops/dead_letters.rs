@@ -16,7 +16,8 @@ pub struct DeadLetter {
     pub attempts: i32,
     pub error: String,
     pub created_at: DateTime<Utc>,
-    /// `dead`, `pending` (a redrive was requested and is not delivered yet) or `redriven`.
+    /// `dead`, `pending` (a redrive was requested and is not delivered yet), `redriven` or
+    /// `discarded` (`consumer discard`: never delivered).
     pub state: String,
     /// Who asked for the last redrive, and why (`consumer redrive --reason`).
     pub redrive_by: Option<String>,
@@ -24,15 +25,21 @@ pub struct DeadLetter {
     pub redrive_requested_at: Option<DateTime<Utc>>,
     /// When the redrive was applied (SQL sink) or acknowledged (external sinks).
     pub redriven_at: Option<DateTime<Utc>>,
+    /// Who discarded it, why and when (`consumer discard`).
+    pub discarded_by: Option<String>,
+    pub discard_reason: Option<String>,
+    pub discarded_at: Option<DateTime<Utc>>,
 }
 
 /// Oldest first; every consumer's when `consumer` is `None`.
 pub async fn dead_letters(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<DeadLetter>> {
     Ok(sqlx::query_as(
         "SELECT d.consumer, d.instance_id, d.event_id, e.event_type, d.attempts, d.error, d.created_at,
-                CASE WHEN d.redrive_at IS NOT NULL THEN 'pending'
+                CASE WHEN d.discarded_at IS NOT NULL THEN 'discarded'
+                     WHEN d.redrive_at IS NOT NULL THEN 'pending'
                      WHEN d.redriven_at IS NOT NULL THEN 'redriven' ELSE 'dead' END AS state,
-                d.redrive_by, d.redrive_reason, d.redrive_requested_at, d.redriven_at
+                d.redrive_by, d.redrive_reason, d.redrive_requested_at, d.redriven_at,
+                d.discarded_by, d.discard_reason, d.discarded_at
            FROM highwater.dead_letters d
            LEFT JOIN highwater.events e ON e.id = d.event_id
           WHERE $1::text IS NULL OR d.consumer = $1
@@ -73,6 +80,12 @@ fn redrive_note(d: &DeadLetter) -> String {
     let reason = d.redrive_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
     let at = |t: &Option<DateTime<Utc>>| t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_default();
     match d.state.as_str() {
+        "discarded" => format!(
+            " (discarded at {} by {}{})",
+            at(&d.discarded_at),
+            d.discarded_by.as_deref().unwrap_or("?"),
+            d.discard_reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+        ),
         "redriven" => format!(" (redriven at {} by {by}{reason})", at(&d.redriven_at)),
         "pending" => format!(" (redrive requested at {} by {by}{reason})", at(&d.redrive_requested_at)),
         _ if d.redrive_requested_at.is_some() => {

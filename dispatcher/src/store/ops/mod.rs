@@ -1,5 +1,6 @@
 //! What operators look at and do: status and lag, shard transitions, retention.
 mod dead_letters;
+pub mod discard;
 mod gc;
 mod rebuild;
 pub mod redrive;

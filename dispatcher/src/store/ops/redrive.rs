@@ -100,6 +100,9 @@ struct Candidate {
     redrive_by: Option<String>,
     redrive_requested_at: Option<DateTime<Utc>>,
     redriven_at: Option<DateTime<Utc>>,
+    /// Discarded (`consumer discard`): never redriven.
+    discarded_at: Option<DateTime<Utc>>,
+    discarded_by: Option<String>,
     event_type: Option<String>,
     stream: Option<String>,
     /// Blocked by this dead letter, not redriven yet (`errorMode: skipStream`).
@@ -143,7 +146,7 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
     // pending.
     let candidates: Vec<Candidate> = sqlx::query_as(
         "SELECT d.instance_id, d.event_id, d.error, d.created_at, d.redrive_at, d.redrive_by,
-                d.redrive_requested_at, d.redriven_at, e.event_type,
+                d.redrive_requested_at, d.redriven_at, d.discarded_at, d.discarded_by, e.event_type,
                 e.stream_type || '/' || e.stream_id AS stream,
                 (SELECT b.event_id FROM highwater.dead_letters b
                   WHERE b.consumer = d.consumer AND b.instance_id = d.instance_id AND b.event_id = d.blocked_by
@@ -175,9 +178,9 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
     let mut plan =
         Plan { consumer: s.consumer.clone(), selected: Vec::new(), left_out: Vec::new(), requested_at: None };
     for c in candidates {
-        // Pending or redriven already: no longer a dead letter to redrive (an --event names them
-        // in its refusal above).
-        if c.redrive_at.is_some() || c.redriven_at.is_some() {
+        // Pending, redriven or discarded already: no longer a dead letter to redrive (an --event
+        // names them in its refusal above).
+        if c.redrive_at.is_some() || c.redriven_at.is_some() || c.discarded_at.is_some() {
             continue;
         }
         let left_out = |why: String| LeftOut { instance_id: c.instance_id.clone(), event_id: c.event_id, why };
@@ -304,6 +307,14 @@ async fn refuse_event(conn: &mut PgConnection, s: &Selection, id: i64, found: &[
             .with_fix(format!(
                 "wait for a dispatcher of the consumer's group to deliver it (`highwater consumer dead-letters {consumer}` shows it)"
             )));
+        }
+        if let Some(at) = c.discarded_at {
+            return Err(Error::refused(format!(
+                "event {id} is no longer a dead letter of consumer {consumer}: it was discarded at {} (by {})",
+                at.format("%Y-%m-%d %H:%M:%S"),
+                c.discarded_by.as_deref().unwrap_or("?"),
+            ))
+            .with_fix(format!("nothing to do: a discarded dead letter is never delivered; {list}")));
         }
         if let Some(at) = c.redriven_at {
             return Err(Error::refused(format!(
@@ -524,17 +535,22 @@ pub async fn mark_failed(conn: &mut PgConnection, consumer: &str, via: &str, d: 
 
 /// The dead letters of the shard `(consumer, via)` blocked by one that has been redriven since
 /// (parked while the ones it blocked were still being redriven) are requested as those were.
+///
+/// A discarded blocker (`consumer discard`, [`super::discard`]) releases them the same way: the
+/// stream goes on without it. Then the request is recorded as the discarding person's.
 pub async fn release_blocked(conn: &mut PgConnection, consumer: &str, via: &str) -> Result<u64> {
     let r = sqlx::query(
         "UPDATE highwater.dead_letters b
             SET redrive_at = now(), redrive_instance = $2, redrive_requested_at = now(),
-                redrive_by = r.redrive_by,
-                redrive_reason = 'after dead letter ' || r.event_id || ' (errorMode skipStream)'
+                redrive_by = CASE WHEN r.discarded_at IS NOT NULL THEN r.discarded_by ELSE r.redrive_by END,
+                redrive_reason = 'after dead letter ' || r.event_id
+                    || CASE WHEN r.discarded_at IS NOT NULL THEN ' was discarded' ELSE '' END
+                    || ' (errorMode skipStream)'
            FROM highwater.dead_letters r
           WHERE b.consumer = $1 AND b.instance_id = $2 AND b.blocked_by IS NOT NULL
-            AND b.redriven_at IS NULL AND b.redrive_at IS NULL
+            AND b.redriven_at IS NULL AND b.redrive_at IS NULL AND b.discarded_at IS NULL
             AND r.consumer = b.consumer AND r.instance_id = b.instance_id AND r.event_id = b.blocked_by
-            AND r.redriven_at IS NOT NULL",
+            AND (r.redriven_at IS NOT NULL OR r.discarded_at IS NOT NULL)",
     )
     .bind(consumer)
     .bind(via)
@@ -554,7 +570,8 @@ pub async fn shards_with_requests(pool: &PgPool, consumers: &[&str]) -> Result<V
            JOIN highwater.dead_letters r
              ON r.consumer = b.consumer AND r.instance_id = b.instance_id AND r.event_id = b.blocked_by
           WHERE b.blocked_by IS NOT NULL AND b.redriven_at IS NULL AND b.redrive_at IS NULL
-            AND r.redriven_at IS NOT NULL AND b.consumer = ANY($1)",
+            AND b.discarded_at IS NULL AND (r.redriven_at IS NOT NULL OR r.discarded_at IS NOT NULL)
+            AND b.consumer = ANY($1)",
     )
     .bind(consumers)
     .fetch_all(pool)
