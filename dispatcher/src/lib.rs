@@ -39,7 +39,7 @@ pub const VERSION: &str = env!("HIGHWATER_VERSION");
 pub use applied::{Appended, Token, append_position, token};
 pub use body::Body;
 pub use devtools::{embedded, pgbouncer, quickstart};
-pub use engine::{discard_http, dispatch, http, instance, metrics, redrive_http, sink, sse, wait, wait_http};
+pub use engine::{discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, wait, wait_http};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use position::{Position, Xid8};

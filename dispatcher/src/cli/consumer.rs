@@ -484,7 +484,7 @@ async fn replay(
     }
     let n = preview.selected.len();
     if n > REDRIVE_CONFIRM_ABOVE && !yes {
-        ask(&format!("replay {n} events of stream {} to consumer {consumer}", request.stream))?;
+        ask_many(&format!("replay {n} events of stream {} to consumer {consumer}", request.stream))?;
     }
     request.dry_run = false;
     let plan = replay::replay(pool, &request).await?;
@@ -559,15 +559,20 @@ fn render_replay(p: &ops::replay::Plan, dry_run: bool) -> String {
 
 /// Asks on a terminal; refuses without one.
 fn confirm(consumer: &str, n: usize) -> Result<()> {
-    ask(&format!("redrive {n} dead letters of consumer {consumer}"))
+    ask_many(&format!("redrive {n} dead letters of consumer {consumer}"))
 }
 
-/// Asks `question` on a terminal; refuses without one.
-fn ask(question: &str) -> Result<()> {
+/// A large redrive or replay: asks, or refuses without a terminal naming the threshold.
+fn ask_many(question: &str) -> Result<()> {
+    let why = format!("more than {REDRIVE_CONFIRM_ABOVE} need a confirmation");
+    ask(question, (&why, "check them with --dry-run, then pass --yes"))
+}
+
+/// Asks `question` on a terminal; without one, refuses with `(why, fix)`.
+pub(super) fn ask(question: &str, (why, fix): (&str, &str)) -> Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
     if !std::io::stdin().is_terminal() {
-        return Err(Error::refused(format!("{question}: more than {REDRIVE_CONFIRM_ABOVE} need a confirmation"))
-            .with_fix("check them with --dry-run, then pass --yes"));
+        return Err(Error::refused(format!("{question}: {why}")).with_fix(fix));
     }
     print!("{question}? Type yes to go on: ");
     std::io::stdout().flush().map_err(Error::io("stdout"))?;

@@ -2,7 +2,7 @@
 //! never to be delivered, and the events of its stream parked behind it released
 //! (`crate::ops::discard`).
 use super::Output;
-use crate::{Error, Result, ops::discard};
+use crate::{Result, ops::discard};
 
 pub async fn run(pool: &sqlx::PgPool, request: discard::Request, yes: bool, output: Output) -> Result<()> {
     // Asked before anything is read: a discarded event is one the consumer never sees, which no
@@ -40,17 +40,6 @@ fn render(d: &discard::Discarded) -> String {
 
 /// Asks on a terminal; refuses without one (scripts pass --yes).
 fn confirm(r: &discard::Request) -> Result<()> {
-    use std::io::{BufRead, IsTerminal, Write};
     let question = format!("discard the dead letter of event {} of consumer {} (never delivered)", r.event, r.consumer);
-    if !std::io::stdin().is_terminal() {
-        return Err(Error::refused(format!("{question}: needs a confirmation")).with_fix("pass --yes"));
-    }
-    print!("{question}? Type yes to go on: ");
-    std::io::stdout().flush().map_err(Error::io("stdout"))?;
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer).map_err(Error::io("stdin"))?;
-    if answer.trim() != "yes" {
-        return Err(Error::refused("not confirmed; nothing changed"));
-    }
-    Ok(())
+    super::consumer::ask(&question, ("needs a confirmation", "pass --yes"))
 }

@@ -5,6 +5,7 @@ pub mod dispatch;
 pub mod http;
 pub mod instance;
 pub mod metrics;
+pub mod ops_http;
 pub mod redrive_http;
 pub mod sink;
 pub mod sse;

@@ -8,15 +8,13 @@
 //! apply (not a dead letter, pruned, pending already, nothing matches, more than 100 without
 //! `yes`), 503 database down.
 use axum::{
-    Json,
     body::Bytes,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode, header},
-    response::{IntoResponse, Response},
+    http::{HeaderMap, StatusCode},
+    response::Response,
 };
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::json;
 use sqlx::PgPool;
 
 use crate::{
@@ -25,11 +23,9 @@ use crate::{
         redrive::{self, CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE},
         replay,
     },
+    ops_http,
     sse::Tokens,
 };
-
-/// How long a request may take before it is a 503.
-const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct OpsState {
@@ -57,44 +53,37 @@ struct Body {
     yes: bool,
 }
 
-fn refusal(status: StatusCode, e: &Error) -> Response {
-    (status, Json(json!({"error": e.to_string()}))).into_response()
-}
-
 pub async fn redrive_handler(
     State(st): State<OpsState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(which) = st.tokens.which(&headers) else {
-        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or unknown bearer token\n")
-            .into_response();
+    let by = match ops_http::caller(&st, &headers) {
+        Ok(by) => by,
+        Err(r) => return *r,
     };
-    let b: Body = match serde_json::from_slice(&body) {
+    let example = r#"{"event": 4711, "reason": "fixed"} or {"all": true}"#;
+    let b: Body = match ops_http::body(&body, "a redrive selection", example) {
         Ok(b) => b,
-        Err(e) => {
-            let e = Error::config(format!("the request body is not a redrive selection: {e}"))
-                .with_fix("send JSON such as {\"event\": 4711, \"reason\": \"fixed\"} or {\"all\": true}");
-            return refusal(StatusCode::BAD_REQUEST, &e);
-        }
+        Err(r) => return *r,
     };
     let texts = [Some(&name), b.event_type.as_ref(), b.error_contains.as_ref(), b.instance.as_ref(), b.reason.as_ref()];
-    if texts.into_iter().flatten().any(|t| t.contains('\0')) {
-        let e = Error::config("a name or a text of the request contains a NUL character")
-            .with_fix("PostgreSQL text cannot hold NUL; remove it");
-        return refusal(StatusCode::BAD_REQUEST, &e);
+    if let Err(r) = ops_http::no_nul(texts) {
+        return *r;
     }
     let none = !b.all && b.event.is_none() && b.event_type.is_none() && b.error_contains.is_none();
     if none && b.since.is_none() && b.until.is_none() {
-        let e = Error::config("a redrive needs a selection of dead letters")
-            .with_fix("name them: event, type, errorContains, since/until, or all: true");
-        return refusal(StatusCode::BAD_REQUEST, &e);
+        return ops_http::invalid(
+            "a redrive needs a selection of dead letters",
+            "name them: event, type, errorContains, since/until, or all: true",
+        );
     }
     if let Some(r) = b.rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
-        let e = Error::config(format!("rate {r} is not a positive number of deliveries per second"))
-            .with_fix("e.g. \"rate\": 10");
-        return refusal(StatusCode::BAD_REQUEST, &e);
+        return ops_http::invalid(
+            format!("rate {r} is not a positive number of deliveries per second"),
+            "e.g. \"rate\": 10",
+        );
     }
     let selection = redrive::Selection {
         consumer: name,
@@ -106,13 +95,7 @@ pub async fn redrive_handler(
         until: b.until,
         all: b.all,
     };
-    let mut request = redrive::Request {
-        selection,
-        by: format!("http:ops-token-{}", which + 1),
-        reason: b.reason,
-        rate: b.rate,
-        dry_run: true,
-    };
+    let mut request = redrive::Request { selection, by, reason: b.reason, rate: b.rate, dry_run: true };
     let answer = async {
         let preview = redrive::redrive(&st.pool, &request).await?;
         if b.dry_run {
@@ -129,22 +112,7 @@ pub async fn redrive_handler(
         request.dry_run = false;
         Ok((StatusCode::ACCEPTED, redrive::redrive(&st.pool, &request).await?))
     };
-    // A database that does not answer: a 503, not a request hanging on the pool's connection
-    // attempts.
-    let Ok(answer) = tokio::time::timeout(ANSWER_WITHIN, answer).await else {
-        let e =
-            Error::config(format!("the database did not answer within {}", humantime::format_duration(ANSWER_WITHIN)))
-                .with_fix("GET /readyz says whether this dispatcher reaches its database");
-        return refusal(StatusCode::SERVICE_UNAVAILABLE, &e);
-    };
-    match answer {
-        Ok((status, plan)) => (status, Json(plan)).into_response(),
-        Err(e @ Error::Refused(_)) if e.to_string().starts_with("no consumer named") => {
-            refusal(StatusCode::NOT_FOUND, &e)
-        }
-        Err(e @ Error::Refused(_)) => refusal(StatusCode::CONFLICT, &e),
-        Err(e) => refusal(StatusCode::SERVICE_UNAVAILABLE, &e),
-    }
+    ops_http::answer(answer).await
 }
 
 #[derive(Deserialize, Default)]
@@ -165,37 +133,24 @@ pub async fn replay_handler(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(which) = st.tokens.which(&headers) else {
-        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or unknown bearer token\n")
-            .into_response();
+    let by = match ops_http::caller(&st, &headers) {
+        Ok(by) => by,
+        Err(r) => return *r,
     };
-    let b: ReplayBody = match serde_json::from_slice(&body) {
+    let example = r#"{"stream": "order/o-17", "reason": "row rebuilt"}"#;
+    let b: ReplayBody = match ops_http::body(&body, "a replay request", example) {
         Ok(b) => b,
-        Err(e) => {
-            let e = Error::config(format!("the request body is not a replay request: {e}"))
-                .with_fix("send JSON such as {\"stream\": \"order/o-17\", \"reason\": \"row rebuilt\"}");
-            return refusal(StatusCode::BAD_REQUEST, &e);
-        }
+        Err(r) => return *r,
     };
-    if [Some(&name), Some(&b.stream), b.reason.as_ref()].into_iter().flatten().any(|t| t.contains('\0')) {
-        let e = Error::config("a name or a text of the request contains a NUL character")
-            .with_fix("PostgreSQL text cannot hold NUL; remove it");
-        return refusal(StatusCode::BAD_REQUEST, &e);
+    if let Err(r) = ops_http::no_nul([Some(&name), Some(&b.stream), b.reason.as_ref()]) {
+        return *r;
     }
     if let Err(e) = replay::parse_stream(&b.stream) {
-        let e =
-            Error::config(e.to_string().replace("--stream", "stream").lines().next().unwrap_or_default().to_owned())
-                .with_fix("e.g. \"stream\": \"order/o-17\"");
-        return refusal(StatusCode::BAD_REQUEST, &e);
+        let problem = e.to_string().replace("--stream", "stream").lines().next().unwrap_or_default().to_owned();
+        return ops_http::invalid(problem, "e.g. \"stream\": \"order/o-17\"");
     }
-    let mut request = replay::Request {
-        consumer: name,
-        stream: b.stream,
-        since: b.since,
-        by: format!("http:ops-token-{}", which + 1),
-        reason: b.reason,
-        dry_run: true,
-    };
+    let mut request =
+        replay::Request { consumer: name, stream: b.stream, since: b.since, by, reason: b.reason, dry_run: true };
     let answer = async {
         let preview = replay::replay(&st.pool, &request).await?;
         if b.dry_run {
@@ -213,18 +168,5 @@ pub async fn replay_handler(
         request.dry_run = false;
         Ok((StatusCode::ACCEPTED, replay::replay(&st.pool, &request).await?))
     };
-    let Ok(answer) = tokio::time::timeout(ANSWER_WITHIN, answer).await else {
-        let e =
-            Error::config(format!("the database did not answer within {}", humantime::format_duration(ANSWER_WITHIN)))
-                .with_fix("GET /readyz says whether this dispatcher reaches its database");
-        return refusal(StatusCode::SERVICE_UNAVAILABLE, &e);
-    };
-    match answer {
-        Ok((status, plan)) => (status, Json(plan)).into_response(),
-        Err(e @ Error::Refused(_)) if e.to_string().starts_with("no consumer named") => {
-            refusal(StatusCode::NOT_FOUND, &e)
-        }
-        Err(e @ Error::Refused(_)) => refusal(StatusCode::CONFLICT, &e),
-        Err(e) => refusal(StatusCode::SERVICE_UNAVAILABLE, &e),
-    }
+    ops_http::answer(answer).await
 }
