@@ -2,7 +2,7 @@ use clap::Parser;
 use highwater::cli::{Cli, init_tracing, run};
 
 // glibc's allocator grew and trimmed its heap on every batch of events, page faults included
-// (docs/benchmarks.md); mimalloc keeps freed pages for the next batch.
+// (docs/bench/history.md); mimalloc keeps freed pages for the next batch.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

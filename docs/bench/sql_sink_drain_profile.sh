@@ -1,5 +1,5 @@
 #!/bin/bash
-# Where a SQL-sink drain's time goes, statement by statement (docs/benchmarks.md, session of
+# Where a SQL-sink drain's time goes, statement by statement (docs/bench/history.md, session of
 # 2026-12-02, third). Needs a PostgreSQL 15 cluster started with
 #   -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all
 # and a `highwater` binary, or "target/release/bench highwater" (one argument, quoted).

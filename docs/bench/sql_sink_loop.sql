@@ -1,4 +1,4 @@
--- The SQL sink's per-event loop, PERFORM against assignments (and the statement inline) (docs/benchmarks.md, session of
+-- The SQL sink's per-event loop, PERFORM against assignments (and the statement inline) (docs/bench/history.md, session of
 -- 2026-12-02, second). Run on any scratch database: psql -d DB -f docs/bench/sql_sink_loop.sql
 -- Everything is temporary and rolled back; compare the times of the three loops.
 CREATE TEMP TABLE proj (event_id bigint PRIMARY KEY, created_at timestamptz, delivered_at timestamptz);
@@ -27,7 +27,7 @@ BEGIN
   END LOOP;
 END $f$;
 -- The statement written in the loop: its $1..$9 are the loop function's own first nine
--- parameters, assigned per event (session of 2026-12-02, third; not built, see benchmarks.md).
+-- parameters, assigned per event (session of 2026-12-02, third; not built, see history.md).
 CREATE FUNCTION pg_temp.loop_inline(a1 jsonb, a2 bigint, a3 text, a4 text, a5 text, a6 text, a7 jsonb, a8 bigint, a9 timestamptz, n int) RETURNS void LANGUAGE plpgsql AS $f$
 DECLARE m jsonb := '{"correlation_id":"abc"}'; t timestamptz := now(); x text;
 BEGIN

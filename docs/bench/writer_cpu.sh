@@ -1,6 +1,6 @@
 #!/bin/bash
 # How much of the machine the latency scenario's writers take by themselves, before any
-# dispatcher runs (docs/benchmarks.md, "The machine at 10,000 appends a second"). Needs a scratch
+# dispatcher runs (docs/bench/history.md, "The machine at 10,000 appends a second"). Needs a scratch
 # PostgreSQL 15 cluster with the bench's settings (fsync, synchronous_commit and full_page_writes
 # off, shared_buffers 1GB) and a `highwater` binary, or "target/release/bench highwater" (one
 # argument, quoted):

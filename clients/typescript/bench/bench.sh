@@ -5,7 +5,7 @@
 #      outbox table (bench/append.mjs; no dispatcher runs, as in the Rust benchmark's scenario 3);
 #   2. the wait helpers' added latency at 1,000 writes/s against a real `highwater dispatch`
 #      (bench/wait.mjs).
-# Prints markdown tables (docs/benchmarks.md, "Client libraries (TypeScript)", has a run).
+# Prints markdown tables (docs/bench/history.md, "Client libraries (TypeScript)", has its runs).
 # PostgreSQL settings as the Rust benchmark's: fsync, synchronous_commit and full_page_writes off.
 #
 # Environment: HIGHWATER_BIN (default <repo>/target/debug/highwater), PG_BIN (default

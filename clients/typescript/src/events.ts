@@ -61,7 +61,7 @@ const APPEND = `SELECT highwater.append(${ARGS})::text AS id ${MARKER}`;
 // Inside a request with the highwaterTokens middleware, the token is read after the append, in
 // the same statement (OFFSET 0 keeps the subquery, so its row comes first). Only then:
 // highwater.token() is a SQL function with a SET clause, planned afresh in every statement, and
-// costs about a fifth of an append's round trip (clients/typescript/bench, docs/benchmarks.md).
+// costs about a fifth of an append's round trip (clients/typescript/bench, docs/bench/history.md).
 const APPEND_TOKEN =
   `SELECT a.id::text AS id, highwater.token()::text AS token ` +
   `FROM (SELECT highwater.append(${ARGS}) AS id OFFSET 0) a ${MARKER}`;

@@ -2,7 +2,7 @@
 //!
 //! Sinks pass bodies through unchanged (an envelope, a record value, an SSE frame), so building a
 //! `serde_json::Value` per event only to write it back out was the no-op drain's largest cost
-//! (docs/benchmarks.md). Decoding still validates the text; reading a field parses on demand.
+//! (docs/bench/history.md). Decoding still validates the text; reading a field parses on demand.
 use serde::Serialize;
 use serde_json::{Value, value::RawValue};
 

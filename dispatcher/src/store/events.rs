@@ -191,7 +191,7 @@ impl Bodies {
 /// A batch's events as one array per column over the rows `e`, in the order they come: the
 /// batch reads return one row per batch, not per event, so that the columns beside the events
 /// (the shard row, the fence, the head) travel once and not once per event (a third of the
-/// bytes of a 1,000-event read, and a row to decode per event; docs/benchmarks.md). Without
+/// bytes of a 1,000-event read, and a row to decode per event; docs/bench/history.md). Without
 /// bodies (a SQL sink reads the events server-side) `payloads` and `metadatas` are NULL. With
 /// upcasts, each payload goes through `highwater.upcast_for` with the choice bound as `$7`; the
 /// other forms are the same text as before versions existed, so their reads cost nothing more.

@@ -5,7 +5,7 @@
 //! idle while the sink works and the sink is idle while PostgreSQL reads. With a full batch, the
 //! pass reads the batch after its end on the claim's connection (which an external sink does not
 //! use) while the sink delivers, so the next pass costs the longer of the two instead of their
-//! sum (docs/benchmarks.md). A SQL sink's pass does the same on a second connection of the pool,
+//! sum (docs/bench/history.md). A SQL sink's pass does the same on a second connection of the pool,
 //! since the claim's runs the batch; that read does not see the batch's open transaction.
 //!
 //! The read happens before the cursor update that makes it the next batch, so an operator's

@@ -1,5 +1,5 @@
 //! The table every scenario adds rows to, printed as Markdown so it pastes into
-//! docs/benchmarks.md as it is.
+//! docs/bench/history.md as it is.
 use std::fmt::Write;
 
 #[derive(Clone, Debug)]

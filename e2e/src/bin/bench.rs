@@ -1,9 +1,9 @@
 //! `cargo run --release -p highwater-e2e --bin bench -- SCENARIO [--size tiny|full] [--peers ...]`
 //!
 //! Starts its own PostgreSQL, runs one scenario (or `all`) with the peers on the same cluster,
-//! and prints a Markdown table (docs/benchmarks.md holds one run's). `bench highwater ARGS...`
-//! is the `highwater` command line itself: the scenarios re-execute this binary that way to run
-//! real dispatcher processes.
+//! and prints a Markdown table (docs/bench/history.md holds the runs, docs/benchmarks.md the
+//! current figures). `bench highwater ARGS...` is the `highwater` command line itself: the
+//! scenarios re-execute this binary that way to run real dispatcher processes.
 use std::{io::Write, path::PathBuf, time::Instant};
 
 use anyhow::{Result, bail};
