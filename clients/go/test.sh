@@ -5,7 +5,11 @@
 #      migrate`, the test event types, tables and consumers (testdata/);
 #   3. `go test ./...` (the tests start their own dispatchers);
 #   4. example/, a separate module that requires this one through a replace directive: built and
-#      run against the same database with a dispatcher, as an application would use the module.
+#      run against the same database with a dispatcher, as an application would use the module;
+#   5. the README's route: its Install commands run as written in a new module beside a clean copy
+#      of this directory (clients/clean-copy.sh), its Example block compiled as written and run
+#      by testdata/readme/main.go with that dispatcher (a committed write is applied, a refused
+#      write's error comes back).
 # Exits non-zero on any failure; the cluster, the dispatchers and the temporary files go away at
 # exit whatever happened.
 #
@@ -143,6 +147,34 @@ case "$out" in
     *"applied true"*) ;;
     *) echo "test.sh: the example did not see its write applied" >&2; cat "$tmp/example-dispatcher.log" >&2; exit 1 ;;
 esac
+
+echo "== the README: its install commands and its example, in a new module beside a clean copy"
+# README.md's "Install" block run as written in a new module ($tmp/readme/app) beside a copy of
+# this directory as a fresh clone has it (clients/clean-copy.sh), at the README's path
+# (../highwater/clients/go): the replace directive the README names. The module's code is the
+# README's "Example" block as written (example.go, after a package clause: it cannot drift from
+# what readers copy) and testdata/readme/main.go, which runs it against this cluster while the
+# dispatcher above runs: a committed write comes back applied, a refused one as its error.
+readme="$tmp/readme"
+bash "$repo/clients/clean-copy.sh" "$here" "$readme/highwater"
+mkdir -p "$readme/app"
+{
+    printf 'package main\n\n'
+    bash "$repo/clients/readme-block.sh" README.md Example go
+} >"$readme/app/example.go"
+cp testdata/readme/main.go "$readme/app/main.go"
+install_block="$(bash "$repo/clients/readme-block.sh" README.md Install sh)"
+go_dir="$(dirname "$(command -v "$GO")")"
+(
+    cd "$readme/app"
+    export PATH="$go_dir:$PATH" # the README says `go`
+    go mod init example.com/readme-app
+    bash -euo pipefail -c "$install_block"
+    go vet .
+    go build -o "$tmp/readme-example" .
+)
+"$tmp/readme-example"
+
 kill -TERM "$dpid" && wait "$dpid" || true
 rm -f "$tmp/pids/$dpid"
 

@@ -7,7 +7,11 @@
 #      migrate`, the test event types, tables and consumers (tests/fixtures/);
 #   3. pytest over tests/ (the tests start their own dispatchers);
 #   4. sdist and wheel built (python -m build, no isolation: the pinned hatchling), each
-#      installed into a fresh venv (requirements-smoke.txt) and used there (tests/smoke/smoke.py).
+#      installed into a fresh venv (requirements-smoke.txt) and used there (tests/smoke/smoke.py);
+#   5. each `pip install` line of README.md's Install block run as written, from a clean copy of
+#      this directory (clients/clean-copy.sh) into a fresh venv, offline from the smoke lock's
+#      wheels; with the [psycopg,sqlalchemy] extras, smoke.py there too (its asyncio part needs
+#      what the extras bring).
 # Exits non-zero on any failure; the cluster, the dispatchers and the temporary files go away at
 # exit whatever happened.
 #
@@ -151,5 +155,38 @@ for artifact in "${wheel[0]}" "${sdist[0]}"; do
     # --no-build-isolation: the sdist builds with the pinned hatchling, offline.
     "$app/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation "$artifact"
     (cd "$tmp" && "$app/bin/python" "$here/tests/smoke/smoke.py")
+done
+
+step "the README's pip install lines, each from a clean copy into a fresh venv"
+# Each `pip install` line of README.md's "## Install" block, run as written in an application
+# directory holding a copy of this directory as a fresh clone has it (clients/clean-copy.sh), at
+# the README's path (./highwater/clients/python), with the `pip` of a venv of its own. pip reads
+# only the smoke lock's hash-checked wheels (PIP_NO_INDEX, PIP_FIND_LINKS: for the build backend
+# too), so the extras resolve to the locked versions, and an extra that leaves out what the
+# README's routes need (greenlet, for AsyncSession) fails here.
+mapfile -t installs < <(bash "$repo/clients/readme-block.sh" README.md Install sh | grep '^pip install ')
+case "${installs[*]}" in
+    *"[psycopg,sqlalchemy]"*) ;;
+    *) echo "test.sh: README.md's Install block has no \`pip install\` line with the [psycopg,sqlalchemy] extras" >&2; exit 1 ;;
+esac
+n=0
+for line in "${installs[@]}"; do
+    n=$((n + 1))
+    app="$tmp/readme-$n"
+    mkdir -p "$app"
+    bash "$repo/clients/clean-copy.sh" "$here" "$app/highwater"
+    "$PYTHON" -m venv "$app/venv"
+    echo "-- $line"
+    (
+        cd "$app"
+        PATH="$app/venv/bin:$PATH" PIP_NO_INDEX=1 PIP_FIND_LINKS="$smoke_wheels" PIP_QUIET=1 \
+            PIP_DISABLE_PIP_VERSION_CHECK=1 bash -euo pipefail -c "$line"
+    )
+    case "$line" in
+        # With the drivers: the whole smoke, sync and asyncio.
+        *"[psycopg,sqlalchemy]"*) (cd "$tmp" && "$app/venv/bin/python" "$here/tests/smoke/smoke.py") ;;
+        # Alone (no driver): it installs and imports.
+        *) (cd "$tmp" && "$app/venv/bin/python" -c 'import highwater_client, highwater_client.aio; print("installed alone:", highwater_client.__file__)') ;;
+    esac
 done
 echo "== all passed in $((SECONDS - start)) s"

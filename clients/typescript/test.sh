@@ -8,9 +8,10 @@
 #      codegen.test.js runs highwater-codegen with datamodel-code-generator from a venv made
 #      from codegen/requirements-python.txt, hash-pinned, kept in a cache directory, and with
 #      go-jsonschema through `go run` when go is on PATH);
-#   4. npm pack, the tarball installed into an empty application, imported and used from ESM
-#      and type-checked from TypeScript there; the same ESM script with the package installed
-#      from its directory (as `npm install path/to/clients/typescript` does).
+#   4. the README's Install block run as written, each of its routes (the directory, npm pack and
+#      the tarball) from a clean copy of this directory (clients/clean-copy.sh) into an empty
+#      application, which imports the package by name, uses it against the cluster and
+#      type-checks a TypeScript file against its declarations.
 # Exits non-zero on any failure; the cluster, the dispatchers and the temporary files go away at
 # exit whatever happened.
 #
@@ -115,28 +116,55 @@ echo "== tests"
 export HIGHWATER_BIN HW_TEST_TMP="$tmp"
 node --test --test-reporter=spec --test-concurrency=2 build/test/*.test.js
 
-echo "== npm pack, installed into an empty application"
-mkdir -p "$tmp/pack" "$tmp/app"
-tarball="$tmp/pack/$(npm pack --silent --pack-destination "$tmp/pack" | tail -1)"
-cp test/package-smoke/package.json test/package-smoke/smoke.mjs test/package-smoke/smoke.ts \
-    test/package-smoke/tsconfig.json "$tmp/app/"
-(
-    cd "$tmp/app"
-    # Versions as pinned in this package's lock file (already in npm's cache after npm ci).
-    npm install --no-audit --no-fund --loglevel=error --prefer-offline --save-exact \
-        "$tarball" "pg@$(node -p 'require(process.argv[1]).version' "$here/node_modules/pg/package.json")" \
-        "kysely@$(node -p 'require(process.argv[1]).version' "$here/node_modules/kysely/package.json")"
-    node smoke.mjs
-    "$here/node_modules/.bin/tsc" -p tsconfig.json
-)
-echo "== installed from the repository path (npm links the directory)"
-mkdir -p "$tmp/app-dir"
-cp test/package-smoke/package.json test/package-smoke/smoke.mjs "$tmp/app-dir/"
-(
-    cd "$tmp/app-dir"
-    npm install --no-audit --no-fund --loglevel=error --prefer-offline --save-exact \
-        "$here" "pg@$(node -p 'require(process.argv[1]).version' "$here/node_modules/pg/package.json")" \
-        "kysely@$(node -p 'require(process.argv[1]).version' "$here/node_modules/kysely/package.json")"
-    node smoke.mjs
-)
+echo "== the README's installs, each from a clean copy into an empty application"
+# The "## Install" block of README.md, run as written: each route (the commands after one of its
+# comment lines) in an application directory of its own that holds a copy of this directory as a
+# fresh clone has it (clients/clean-copy.sh: no node_modules/, no dist/), at the path the README
+# uses (./highwater/clients/typescript). The application then imports the package by name and
+# uses it against the cluster above (smoke.mjs), and type-checks smoke.ts against its
+# declarations. npm reads its cache first (npm_config_*: the commands stay the README's).
+export npm_config_prefer_offline=true npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
+pg_version="$(node -p 'require(process.argv[1]).version' "$here/node_modules/pg/package.json")"
+kysely_version="$(node -p 'require(process.argv[1]).version' "$here/node_modules/kysely/package.json")"
+routes=()
+route=""
+while IFS= read -r line; do
+    case "$line" in
+        "#"*) [ -n "$route" ] && routes+=("$route"); route="" ;;
+        "") ;;
+        *) route+="$line"$'\n' ;;
+    esac
+done < <(bash "$repo/clients/readme-block.sh" README.md Install sh)
+[ -n "$route" ] && routes+=("$route")
+if [ ${#routes[@]} -lt 2 ]; then
+    echo "test.sh: README.md's Install block no longer has the directory and the tarball routes (comment lines between them)" >&2
+    exit 1
+fi
+n=0
+for route in "${routes[@]}"; do
+    n=$((n + 1))
+    app="$tmp/readme-$n"
+    mkdir -p "$app"
+    bash "$repo/clients/clean-copy.sh" "$here" "$app/highwater"
+    cp test/package-smoke/package.json test/package-smoke/smoke.mjs test/package-smoke/smoke.ts \
+        test/package-smoke/tsconfig.json "$app/"
+    echo "-- route $n:"
+    sed 's/^/   /' <<<"${route%$'\n'}"
+    (
+        cd "$app"
+        # The application's own driver and query builder (versions as this package's lock pins).
+        npm install --save-exact "pg@$pg_version" "kysely@$kysely_version"
+        bash -euo pipefail -c "$route"
+        pkg="node_modules/@highwater/client"
+        for f in dist/index.js dist/index.d.ts dist/codegen.js codegen/requirements-python.txt; do
+            if [ ! -e "$pkg/$f" ]; then
+                echo "test.sh: route $n installed @highwater/client without $f (it holds: $(cd "$pkg" && find . -type f -not -path './node_modules/*' | sort | tr '\n' ' '))" >&2
+                exit 1
+            fi
+        done
+        node smoke.mjs
+        npx --no-install highwater-codegen --help >/dev/null
+        "$here/node_modules/.bin/tsc" -p tsconfig.json
+    )
+done
 echo "== all passed in $((SECONDS - start)) s"
