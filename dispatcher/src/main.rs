@@ -14,7 +14,7 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // A transaction pooler met after the start check (its mode changed) is named too.
-            eprintln!("error: {}", highwater::pooler::diagnose(e));
+            highwater::logging::print_error(highwater::pooler::diagnose(e));
             std::process::ExitCode::FAILURE
         }
     }

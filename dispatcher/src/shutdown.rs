@@ -2,19 +2,20 @@
 //! the dispatcher, the quickstart and the operator.
 use tokio_util::sync::CancellationToken;
 
-/// Resolves SIGTERM and Ctrl-C into a cancellation.
+/// Resolves SIGTERM and Ctrl-C (SIGINT) into a cancellation.
 pub fn shutdown_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("signal received");
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        };
+        // Cancel first: nothing after the signal, a log line included, may keep the process up.
         t.cancel();
+        tracing::info!(signal = which, "signal received");
     });
     token
 }

@@ -6,7 +6,7 @@ async fn main() -> std::process::ExitCode {
     match highwater_operator::cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            highwater::logging::print_error(e);
             std::process::ExitCode::FAILURE
         }
     }

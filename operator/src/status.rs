@@ -209,6 +209,8 @@ mod tests {
             cursor_tx: highwater::Xid8(9),
             lag_events: lag,
             lag_seconds: None,
+            held_events: 0,
+            held_by_fence: None,
             attempts: if status == "dead" { 3 } else { 0 },
             last_error: (status == "dead").then(|| "boom".into()),
             failing_event_id: (status == "dead").then_some(6),

@@ -8,6 +8,7 @@ mod discard;
 mod doctor;
 mod event_types_cli;
 mod events;
+mod floors;
 mod migrate;
 mod roles;
 
@@ -83,13 +84,14 @@ pub struct DispatchArgs {
     /// Apply the EventConsumer definitions of this file or directory before starting.
     #[arg(long)]
     pub consumers: Option<PathBuf>,
-    /// Polling interval while LISTEN is down or events wait above the fence.
+    /// Polling interval while LISTEN is down or events wait above the fence (10ms at least).
     #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
-    /// Safety-net polling interval while LISTEN works.
+    /// Safety-net polling interval while LISTEN works (10ms at least).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub idle_poll_interval: Duration,
-    /// Polling interval while events keep coming; writers skip their NOTIFY meanwhile.
+    /// Polling interval while events keep coming; writers skip their NOTIFY meanwhile (1ms at
+    /// least).
     #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
     pub busy_poll_interval: Duration,
     /// How long a consumer's cursor may stay behind the head while the new events are all of
@@ -184,6 +186,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Dispatch(a) => {
             let url = require_url(&g)?;
             let instance_id = instance::resolve(a.instance_id.as_deref())?;
+            floors::check(a.poll_interval, a.idle_poll_interval, a.busy_poll_interval)?;
             let shutdown = shutdown_signal();
             // Files are read before anything else: a bad one fails fast.
             let consumers = a.consumers.as_deref().map(definitions::load).transpose()?.unwrap_or_default();

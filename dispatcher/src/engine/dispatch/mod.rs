@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result, definitions, http, metrics::Metrics, shards, sink, sse};
 
+mod held;
 mod membership;
 mod observe;
 mod partitions;

@@ -1,6 +1,6 @@
 //! Refreshes the gauges that need the database: lag, status and attempts of this dispatcher's
 //! shards, the heartbeat age of its group's per-instance shards that stopped beating, and the age
-//! of the transaction holding the fence back.
+//! of the transaction holding the fence back (named in the log while it holds events back).
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use sqlx::PgPool;
@@ -17,13 +17,14 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let mut known = Known::default();
+    let mut held = super::held::HeldLog::default();
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(e) = collect(&pool, &metrics, &group, &instance, &mut known).await {
+        if let Err(e) = collect(&pool, &metrics, &group, &instance, &mut known, &mut held).await {
             tracing::warn!(error = %e, "collecting lag metrics failed");
         }
     }
@@ -36,8 +37,16 @@ struct Known {
     stale: HashSet<(String, String)>,
 }
 
-async fn collect(pool: &PgPool, m: &Metrics, group: &str, instance: &str, known: &mut Known) -> Result<()> {
+async fn collect(
+    pool: &PgPool,
+    m: &Metrics,
+    group: &str,
+    instance: &str,
+    known: &mut Known,
+    held: &mut super::held::HeldLog,
+) -> Result<()> {
     let rows = ops::status_where(pool, ops::Filter { consumer: None, dispatcher: Some((group, instance)) }).await?;
+    held.observe(&rows);
     let mut now = HashSet::new();
     for r in &rows {
         let l = crate::metrics::ShardLabels::new(&r.consumer, &r.instance_id);

@@ -1,6 +1,7 @@
 //! What operators look at and do: status and lag, shard transitions, retention.
 mod dead_letters;
 pub mod discard;
+mod fence;
 mod gc;
 mod rebuild;
 pub mod redrive;
@@ -12,6 +13,7 @@ pub mod top;
 mod transitions;
 
 pub use dead_letters::{DeadLetter, dead_letters, render_dead_letters};
+pub use fence::{FenceHolder, holder as fence_holder};
 pub use gc::{Collected, GcOptions, GcReport, MIN_STALE_AFTER, gc};
 pub use rebuild::{Bootstrapped, Rebuilt, bootstrap, mark_bootstrap_pending, rebuild};
 pub use rewind::{RewindTo, rewind};

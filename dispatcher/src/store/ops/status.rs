@@ -22,6 +22,11 @@ pub struct ShardStatus {
     pub lag_events: i64,
     /// Age of the oldest of them.
     pub lag_seconds: Option<f64>,
+    /// Of those, the ones committed at or above the fence: they wait for `held_by_fence` to end.
+    pub held_events: i64,
+    /// The transaction holding the fence back while `held_events` > 0.
+    #[sqlx(skip)]
+    pub held_by_fence: Option<super::fence::FenceHolder>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub failing_event_id: Option<i64>,
@@ -107,10 +112,10 @@ pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardSt
 pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatus>> {
     let (group, instance) = f.dispatcher.unzip();
     // `tx_id >= cursor_tx` is the index condition; the row comparison then refines it.
-    let mut rows: Vec<ShardStatus> = sqlx::query_as(
+    let mut rows: Vec<ShardStatus> = sqlx::query_as(concat!(
         "SELECT s.consumer, s.instance_id, c.delivery, c.consumer_group AS \"group\", s.status,
                 s.cursor_id AS cursor_event_id, s.cursor_tx,
-                l.lag AS lag_events,
+                l.lag AS lag_events, l.held AS held_events,
                 extract(epoch FROM now() - l.oldest)::float8 AS lag_seconds,
                 s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,
                 s.delivered_count, s.bootstrap_pending, c.partitions, s.barrier_id AS barrier_event_id,
@@ -123,7 +128,10 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer
            LEFT JOIN LATERAL (
-                SELECT count(*) AS lag, min(e.created_at) AS oldest
+                SELECT count(*) AS lag, min(e.created_at) AS oldest,
+                       count(*) FILTER (WHERE e.tx_id >= ",
+        fence!(),
+        ") AS held
                   FROM highwater.events e
                  WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
                    AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))
@@ -133,13 +141,20 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
           WHERE ($1::text IS NULL OR s.consumer = $1)
             AND ($2::text IS NULL OR (c.consumer_group = $2
                  AND (s.instance_id = $3 OR highwater.is_shared_shard(s.instance_id))))
-          ORDER BY s.consumer, s.instance_id",
-    )
+          ORDER BY s.consumer, s.instance_id"
+    ))
     .bind(f.consumer)
     .bind(group)
     .bind(instance)
     .fetch_all(pool)
     .await?;
+    // One look at pg_stat_activity, and only while events wait above the fence.
+    if rows.iter().any(|r| r.held_events > 0) {
+        let holder = super::fence::holder(pool).await?;
+        for r in rows.iter_mut().filter(|r| r.held_events > 0) {
+            r.held_by_fence.clone_from(&holder);
+        }
+    }
     for r in &mut rows {
         if let (Some(done), Some(total), Some(secs)) = (r.rebuild_done, r.rebuild_total, r.rebuild_seconds) {
             r.rebuild = Some(RebuildProgress::new(done, total, secs, r.rebuild_complete.unwrap_or(false)));
@@ -179,6 +194,12 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
         if let Some(p) = &r.rebuild {
             out.push_str(&format!("{}/{}: rebuild {p}\n", r.consumer, r.instance_id));
         }
+        if let Some(h) = &r.held_by_fence {
+            out.push_str(&format!(
+                "{}/{}: {} event(s) held by the fence: {h}\n",
+                r.consumer, r.instance_id, r.held_events
+            ));
+        }
         if let Some(b) = r.barrier_event_id {
             let at = if r.cursor_event_id == b {
                 "at the barrier".to_owned()
@@ -190,6 +211,9 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
                 r.consumer, r.instance_id, r.partitions
             ));
         }
+    }
+    if let Some(h) = rows.iter().find_map(|r| r.held_by_fence.as_ref()) {
+        out.push_str(&format!("  fix: {}\n", h.fix()));
     }
     out
 }
