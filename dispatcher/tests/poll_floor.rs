@@ -45,6 +45,8 @@ async fn polling_intervals_below_their_floor_are_refused() {
         ("--poll-interval", "9ms", "10ms"),
         ("--idle-poll-interval", "0s", "10ms"),
         ("--busy-poll-interval", "0s", "1ms"),
+        ("--metrics-interval", "0s", "100ms"),
+        ("--membership-interval", "50ms", "100ms"),
     ] {
         let (code, stderr) = dispatch(&db.url, &[flag, value], Duration::from_secs(30))
             .unwrap_or_else(|| panic!("dispatch {flag} {value} was accepted (still running after 30 s)"));
@@ -64,6 +66,7 @@ async fn polling_intervals_below_their_floor_are_refused() {
     let mut d = Command::new(bin())
         .args(["dispatch", "--instance-id", "floor", "--listen", "off"])
         .args(["--poll-interval", "10ms", "--idle-poll-interval", "10ms", "--busy-poll-interval", "1ms"])
+        .args(["--metrics-interval", "100ms", "--membership-interval", "100ms"])
         .env("DATABASE_URL", &db.url)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

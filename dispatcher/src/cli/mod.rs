@@ -101,7 +101,7 @@ pub struct DispatchArgs {
     pub lazy_cursor_interval: Duration,
     /// How often this dispatcher refreshes its liveness row while its group has a partitioned
     /// consumer (10× less often otherwise); the group shares the partitions among live
-    /// dispatchers, and one silent for 5 intervals is gone.
+    /// dispatchers, and one silent for 5 intervals is gone (100ms at least).
     #[arg(long, env = "HIGHWATER_MEMBERSHIP_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub membership_interval: Duration,
     /// How long SIGTERM waits for passes in flight.
@@ -116,7 +116,7 @@ pub struct DispatchArgs {
     /// Address of the HTTP server (/metrics, /healthz, /readyz, SSE streams); `off` for none.
     #[arg(long, env = "HIGHWATER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,
-    /// How often lag, status and fence age are refreshed for /metrics.
+    /// How often lag, status and fence age are refreshed for /metrics (100ms at least).
     #[arg(long, env = "HIGHWATER_METRICS_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub metrics_interval: Duration,
     /// File of bearer tokens (one per line) that SSE clients may present. Tokens may also come
@@ -186,7 +186,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Dispatch(a) => {
             let url = require_url(&g)?;
             let instance_id = instance::resolve(a.instance_id.as_deref())?;
-            floors::check(a.poll_interval, a.idle_poll_interval, a.busy_poll_interval)?;
+            floors::check(&floors::Intervals {
+                poll: a.poll_interval,
+                idle: a.idle_poll_interval,
+                busy: a.busy_poll_interval,
+                metrics: a.metrics_interval,
+                membership: a.membership_interval,
+            })?;
             let shutdown = shutdown_signal();
             // Files are read before anything else: a bad one fails fast.
             let consumers = a.consumers.as_deref().map(definitions::load).transpose()?.unwrap_or_default();
