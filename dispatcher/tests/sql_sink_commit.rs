@@ -114,7 +114,11 @@ async fn poison(form: &str, fail: &str, deferred: bool, code: &str) {
         assert!(error.starts_with("at COMMIT: "), "{what}: {error}");
     }
     assert_eq!(column(&db.pool, "SELECT event_id FROM proj ORDER BY event_id").await, ids[..2], "{what}");
-    assert_eq!(column(&db.pool, "SELECT event_id FROM fired ORDER BY event_id").await, ids[..2], "{what}: fired once each");
+    assert_eq!(
+        column(&db.pool, "SELECT event_id FROM fired ORDER BY event_id").await,
+        ids[..2],
+        "{what}: fired once each"
+    );
     let follow: i64 = scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events WHERE stream_type = 'follow'").await;
     assert_eq!(follow, 0, "{what}");
 }
@@ -164,6 +168,48 @@ async fn set_form_immediate_ordinary_error_kills_the_poison_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_refusal_code_raised_by_a_user_at_commit_is_the_event_s_failure() {
     poison("perEvent", "RAISE EXCEPTION 'not a refusal' USING ERRCODE = 'ZH001'", true, "ZH001").await;
+}
+
+/// A deferred failure before an immediate one in the same batch: the batch names the later,
+/// immediate failure; the events before it, applied again to record it, end with their COMMIT's
+/// checks, which find the earlier event, and that one is blamed (without the checks, the
+/// transaction recording the failure failed at COMMIT, and the pass with it, forever).
+async fn deferred_before_immediate(form: &str) {
+    let db = setup(&["Item"]).await;
+    tables(&db.pool, RAISE, true).await;
+    // n = -1 divides by zero in the statement itself; n = 0 fails boom() at COMMIT.
+    let ids = events(&db.pool, &[1, 0, 3, -1]).await;
+    let statement = if form == "set" {
+        "INSERT INTO proj (event_id, n) SELECT id, (payload->>'n')::int + 0 * (1 / ((payload->>'n')::int + 1)) FROM highwater_batch"
+    } else {
+        "INSERT INTO proj (event_id, n) VALUES ($2, ($1->>'n')::int + 0 * (1 / (($1->>'n')::int + 1)))"
+    };
+    apply(&db.pool, &consumer("proj", &spec(form, statement, "maxAttempts: 2\n"))).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
+    let pool = db.pool.clone();
+    eventually(&format!("{form}: the shard to be dead"), Duration::from_secs(60), || {
+        let pool = pool.clone();
+        async move { shard(&pool, "proj").await.0 == "dead" }
+    })
+    .await;
+    d.terminate(Duration::from_secs(20));
+    let (status, attempts, failing, cursor_id, error) = shard(&db.pool, "proj").await;
+    assert_eq!((status.as_str(), attempts, failing, cursor_id), ("dead", 2, Some(ids[1]), ids[0]), "{form}");
+    let error = error.unwrap_or_default();
+    assert!(error.starts_with("at COMMIT: poison row") && error.ends_with("(SQLSTATE P0001)"), "{form}: {error}");
+    assert_eq!(column(&db.pool, "SELECT event_id FROM proj ORDER BY event_id").await, ids[..1], "{form}");
+    assert_eq!(column(&db.pool, "SELECT event_id FROM fired ORDER BY event_id").await, ids[..1], "{form}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_event_form_a_deferred_failure_before_an_immediate_one_is_blamed() {
+    deferred_before_immediate("perEvent").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_form_a_deferred_failure_before_an_immediate_one_is_blamed() {
+    deferred_before_immediate("set").await;
 }
 
 /// `errorMode: skip`: the event whose deferred check fails is parked after its one attempt and
