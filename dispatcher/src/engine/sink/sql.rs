@@ -219,8 +219,8 @@ enum Outcome {
     /// `highwater.sql_sink_refused`: its code, raised by the move's statement (after two rows).
     /// The same code at COMMIT is a user's deferred trigger raising it, not a refusal.
     Refused,
-    /// The three rows arrived, then the implicit COMMIT failed: a deferred constraint or
-    /// constraint trigger, which fires after every statement of the query.
+    /// The three rows arrived, then the server refused the implicit COMMIT: a deferred
+    /// constraint or constraint trigger, which fires after every statement of the query.
     AtCommit(sqlx::Error),
     /// Any other error: of the query itself, no event's.
     Failed(sqlx::Error),
@@ -237,7 +237,8 @@ async fn run(conn: &mut PgConnection, sql: String) -> Outcome {
                 let code = e.as_database_error().and_then(|d| d.code());
                 return match rows.len() {
                     2 if code.as_deref() == Some(REFUSED) => Outcome::Refused,
-                    3 => Outcome::AtCommit(e),
+                    // A lost connection is not the COMMIT's checks failing.
+                    3 if e.as_database_error().is_some() => Outcome::AtCommit(e),
                     _ => Outcome::Failed(e),
                 };
             }
