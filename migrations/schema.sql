@@ -1231,7 +1231,7 @@ CREATE FUNCTION highwater.sql_sink_refused() RETURNS bigint
     AS $$
 BEGIN
     RAISE EXCEPTION 'highwater: the shard changed while its batch ran (an operator''s command or a deletion); nothing of the batch was applied'
-        USING ERRCODE = 'HW001';
+        USING ERRCODE = 'ZH001';
 END
 $$;
 

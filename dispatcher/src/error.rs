@@ -49,7 +49,7 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error("a task stopped: {0}")]
     Join(#[from] tokio::task::JoinError),
-    #[error(transparent)]
+    #[error("{}", database_message(.0))]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -92,6 +92,20 @@ impl std::fmt::Display for Refusal {
             write!(f, "\n  fix: {fix}")?;
         }
         Ok(())
+    }
+}
+
+/// A database error as sqlx shows it, but a server error with its SQLSTATE instead of sqlx's
+/// ` at line N`: N is the line of PostgreSQL's C source that raised it (the `L` field), which
+/// reads like a line of the user's SQL (issue 44).
+fn database_message(e: &sqlx::Error) -> String {
+    match e.as_database_error() {
+        Some(db) => format!(
+            "error returned from database: {} (SQLSTATE {})",
+            db.message(),
+            db.code().as_deref().unwrap_or("unknown")
+        ),
+        None => e.to_string(),
     }
 }
 

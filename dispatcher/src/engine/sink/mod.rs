@@ -92,9 +92,11 @@ pub trait Sink: Send + Sync {
     /// For transactional sinks: delivers `events` and, when every one applied, moves the cursor
     /// (`advance`), atomically, on `conn`, which is in no transaction. Nothing is committed
     /// unless the answer is [`Applied::Moved`]. An error of the transaction itself (its BEGIN,
-    /// the move, the COMMIT, where a deferred constraint is checked) is no event's fault: it is
+    /// the move, a COMMIT whose failure no event's checks reproduce) is no event's fault: it is
     /// the pass's `Err`, retried without counting an attempt against any event, because
-    /// blaming the first event could park or kill an event that applied.
+    /// blaming the first event could park or kill an event that applied. (The SQL sink runs a
+    /// deferred constraint's check per event when the batch's COMMIT fails, and blames the
+    /// event whose check fails: sql.rs.)
     async fn deliver_and_advance(
         &self,
         conn: &mut PgConnection,

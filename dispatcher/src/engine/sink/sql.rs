@@ -9,11 +9,17 @@
 //! events and runs the statement per event (or once over the batch, `form: set`) server-side,
 //! planned once, and moves the cursor if every event applied. A failure's handling (finding the
 //! failing event, applying the events before it) opens a transaction of its own.
+//!
+//! A failure at the implicit COMMIT (a deferred constraint or constraint trigger) is attributed
+//! to its event too (issue 44): the batch is applied again one event at a time, each followed by
+//! the checks its COMMIT would run ([`commit_check`]), so the event whose checks fail counts its
+//! attempt like any failing event, and the events before it apply once.
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::TryStreamExt;
 use highwater_crds::{MAX_SQL_TIMEOUT, SqlForm, SqlSink as SqlSinkSpec, sql_timeout_too_long};
-use sqlx::{FromRow, PgConnection};
+use sqlx::{FromRow, PgConnection, postgres::PgRow};
 
 use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction, in_transaction_with};
 use crate::{
@@ -21,8 +27,18 @@ use crate::{
     shards::{self, Advance},
 };
 
-/// SQLSTATE of `highwater.sql_sink_refused` (migrations/20261202000020_sql_sink_refused.sql).
-const REFUSED: &str = "HW001";
+/// SQLSTATE of `highwater.sql_sink_refused` (migrations/definitions/sql_sink_refused.sql), in
+/// the class `ZH` that highwater keeps for its signals to itself. Taken for a refusal only where
+/// that function raises it: the move's statement, before its row (see [`Outcome`]).
+const REFUSED: &str = "ZH001";
+
+/// What [`commit_check`] sends: the deferred checks of the transaction so far, fired as COMMIT
+/// would fire them, in a savepoint rolled back afterwards. Rolling back to the savepoint undoes
+/// what the checks did (a trigger's append), restores the constraints' deferred mode and marks
+/// the fired checks pending again (PostgreSQL's AfterTriggerEndSubXact), so the real COMMIT
+/// runs them once more, exactly once in what commits.
+const COMMIT_CHECK: &str = "SAVEPOINT highwater_commit_check; SET CONSTRAINTS ALL IMMEDIATE; \
+                            ROLLBACK TO SAVEPOINT highwater_commit_check; RELEASE SAVEPOINT highwater_commit_check";
 
 /// Every event of the batch applied, as the apply statement of [`SqlSink::apply_and_advance`]
 /// left it for the statements after it.
@@ -140,6 +156,94 @@ impl SqlSink {
     fn find_failing(&self, events: &[Event], e: &SinkError) -> bool {
         self.form == SqlForm::Set && events.len() > 1 && !e.deferred
     }
+
+    /// Applies `events` in the open transaction on `conn` and runs the checks its COMMIT will
+    /// run, so that a failure of either kind is the failure of an event: `Err` names the first
+    /// event that fails, immediately or at COMMIT. `single`: the set form goes one event at a
+    /// time from the start (its batch already failed as a set). On `Err` the caller rolls back.
+    async fn attributed(&self, conn: &mut PgConnection, events: &[Event], single: bool) -> Result<(), SinkError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Where to go back to when every event applies but the checks fail: the batch, undone.
+        execute(conn, "SAVEPOINT highwater_batch").await?;
+        match self.apply(conn, events, single).await {
+            Err(e) if !single && self.find_failing(events, &e) => self.apply(conn, events, true).await?,
+            r => r?,
+        }
+        match commit_check(conn).await {
+            Ok(()) => Ok(()),
+            Err(e) if events.len() == 1 => Err(e),
+            Err(_) => {
+                execute(conn, "ROLLBACK TO SAVEPOINT highwater_batch").await?;
+                self.one_at_a_time(conn, events).await
+            }
+        }
+    }
+
+    /// The batch one event at a time, each followed by its COMMIT's checks: the first event that
+    /// fails either way is named (none, if the failure does not recur). A deferred check across
+    /// events (a row an earlier event leaves for a later one to complete) is checked after each
+    /// event here: this runs only once the batch as a whole failed at COMMIT.
+    async fn one_at_a_time(&self, conn: &mut PgConnection, events: &[Event]) -> Result<(), SinkError> {
+        for (index, event) in events.iter().enumerate() {
+            let one = std::slice::from_ref(event);
+            let applied = match self.apply(conn, one, true).await {
+                Ok(()) => commit_check(conn).await,
+                Err(e) => Err(e),
+            };
+            applied.map_err(|e| SinkError { index, ..e })?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs now the checks the transaction's COMMIT would run ([`COMMIT_CHECK`]). `Err`: one
+/// failed, with PostgreSQL's message and SQLSTATE; the transaction is then aborted.
+async fn commit_check(conn: &mut PgConnection) -> Result<(), SinkError> {
+    sqlx::raw_sql(COMMIT_CHECK).execute(conn).await.map(drop).map_err(|e| {
+        let e = fail(0, e);
+        SinkError { message: format!("at COMMIT: {}", e.message), ..e }
+    })
+}
+
+async fn execute(conn: &mut PgConnection, sql: &'static str) -> Result<(), SinkError> {
+    sqlx::raw_sql(sql).execute(conn).await.map(drop).map_err(|e| fail(0, e))
+}
+
+/// How the batch's query ended ([`SqlSink::apply_and_advance`]), told by the rows that arrived
+/// before an error: one per statement, and the last statement's before the implicit COMMIT.
+enum Outcome {
+    /// The settings', the apply's and the move's rows.
+    Done(Vec<PgRow>),
+    /// `highwater.sql_sink_refused`: its code, raised by the move's statement (after two rows).
+    /// The same code at COMMIT is a user's deferred trigger raising it, not a refusal.
+    Refused,
+    /// The three rows arrived, then the server refused the implicit COMMIT: a deferred
+    /// constraint or constraint trigger, which fires after every statement of the query.
+    AtCommit(sqlx::Error),
+    /// Any other error: of the query itself, no event's.
+    Failed(sqlx::Error),
+}
+
+async fn run(conn: &mut PgConnection, sql: String) -> Outcome {
+    let mut rows = Vec::with_capacity(3);
+    let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch(conn);
+    loop {
+        match stream.try_next().await {
+            Ok(Some(row)) => rows.push(row),
+            Ok(None) => return Outcome::Done(rows),
+            Err(e) => {
+                let code = e.as_database_error().and_then(|d| d.code());
+                return match rows.len() {
+                    2 if code.as_deref() == Some(REFUSED) => Outcome::Refused,
+                    // A lost connection is not the COMMIT's checks failing.
+                    3 if e.as_database_error().is_some() => Outcome::AtCommit(e),
+                    _ => Outcome::Failed(e),
+                };
+            }
+        }
+    }
 }
 
 /// `highwater.sql_sink_apply`'s answer: the first failing event, if any.
@@ -193,10 +297,7 @@ impl Sink for SqlSink {
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let conn = ctx.tx.as_deref_mut().expect("transactional sink gets the cursor transaction");
-        match self.apply(conn, events, false).await {
-            Err(e) if self.find_failing(events, &e) => self.apply(conn, events, true).await,
-            r => r,
-        }
+        self.attributed(conn, events, false).await
     }
 
     async fn deliver_and_advance(
@@ -210,14 +311,22 @@ impl Sink for SqlSink {
             return in_transaction(self, conn, who, events, advance).await;
         }
         let sql = self.apply_and_advance(who, events, advance);
-        // An error of the query itself (not one the apply reports as its row: the move's, the
-        // implicit COMMIT's, a batch whose events are gone) is no event's fault.
-        let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await {
-            Ok(rows) => rows,
-            Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some(REFUSED) => {
-                return Ok(Applied::Refused);
+        let rows = match run(conn, sql).await {
+            Outcome::Done(rows) => rows,
+            Outcome::Refused => return Ok(Applied::Refused),
+            // Nothing was committed. The batch again, one event at a time with its COMMIT's
+            // checks, in a transaction of its own: the event that fails them counts an attempt
+            // like any failing event, and the events before it apply; if nothing fails, the
+            // batch applies (and a COMMIT that fails again is no event's fault).
+            Outcome::AtCommit(e) => {
+                tracing::info!(consumer = who.0, instance = who.1, error = %crate::Error::from(e),
+                    "the batch failed at COMMIT: applying it one event at a time to find the event");
+                let one_by_one = async |tx: &mut PgConnection| self.one_at_a_time(tx, events).await;
+                return in_transaction_with(self, conn, who, one_by_one, advance).await;
             }
-            Err(e) => return Err(e.into()),
+            // An error of the query itself (the move's, a batch whose events are gone) is no
+            // event's fault.
+            Outcome::Failed(e) => return Err(e.into()),
         };
         // One row per statement: the settings', the apply's, the move's (the shard row it left,
         // all NULL when the batch did not apply).
@@ -232,7 +341,7 @@ impl Sink for SqlSink {
             // again one event at a time, in a transaction of its own, to name the failing event,
             // or to apply the batch if the failure does not recur.
             Err(e) if self.find_failing(events, &e) => {
-                let one_by_one = async |tx: &mut PgConnection| self.apply(tx, events, true).await;
+                let one_by_one = async |tx: &mut PgConnection| self.attributed(tx, events, true).await;
                 in_transaction_with(self, conn, who, one_by_one, advance).await
             }
             Err(e) => Ok(Applied::Failed(e)),
