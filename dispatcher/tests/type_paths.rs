@@ -233,7 +233,7 @@ async fn sinks_apply_exactly_their_events_once(db: &TestDb) {
 /// its position), reaches the statement as exactly the batch, in its order: in the per-event form,
 /// in the set form one event at a time and (as a set) in the set form, named by positions
 /// (`sql_sink_apply_positions`, the dispatcher's call) and by ids alone (`sql_sink_apply`, a
-/// previous release's dispatcher's).
+/// previous release's dispatcher's), with and without `eventVersions` (the payloads' own lookup).
 #[tokio::test]
 async fn the_sql_sink_s_read_applies_each_batch_exactly_in_its_order() {
     let db = setup(&TYPES).await;
@@ -255,8 +255,11 @@ async fn sink_reads_apply_each_batch_in_its_order(db: &TestDb) {
         .unwrap();
     const PER_EVENT: (&str, &str) = ("perEvent", "INSERT INTO applied (event_id) VALUES ($2)");
     const SET: (&str, &str) = ("set", "INSERT INTO applied (event_id) SELECT id FROM highwater_batch");
+    // With `eventVersions` the payloads are looked up apart (one per event, in the batch's order):
+    // an event whose payload was not found reaches the statement with NULL and is not recorded.
+    const UPCAST: (&str, &str) = ("perEvent", "INSERT INTO applied (event_id) SELECT $2 WHERE $1 = '{}'::jsonb");
     let conn = &mut *db.pool.acquire().await.unwrap();
-    for (form, statement) in [PER_EVENT, SET] {
+    for (form, statement) in [PER_EVENT, SET, UPCAST] {
         let problem: Option<String> = sqlx::query_scalar("SELECT highwater.sql_sink_prepare($1, $2)")
             .bind(form)
             .bind(statement)
@@ -291,8 +294,16 @@ async fn sink_reads_apply_each_batch_in_its_order(db: &TestDb) {
                     (SET, true, false),
                     (SET, false, true),
                     (SET, false, false),
+                    (UPCAST, false, true),
+                    (UPCAST, false, false),
                 ] {
                     sqlx::query("DELETE FROM applied").execute(&mut *conn).await.unwrap();
+                    let versions = if statement == UPCAST.1 { r#"{"*": "stored"}"# } else { "" };
+                    sqlx::query("SELECT set_config('highwater.event_versions', $1, false)")
+                        .bind(versions)
+                        .execute(&mut *conn)
+                        .await
+                        .unwrap();
                     let call = if by_position {
                         sqlx::query_as::<_, (Option<i32>, Option<String>)>(
                             "SELECT failed, message FROM highwater.sql_sink_apply_positions($1, $2, NULL, $3, $4, $5)",
@@ -313,8 +324,9 @@ async fn sink_reads_apply_each_batch_in_its_order(db: &TestDb) {
                         .bind(tx_ids[tx_ids.len() - 1])
                         .bind(&ids)
                     };
-                    let what =
-                        format!("{form} single {single} by position {by_position} types {types:?} batch {ids:?}");
+                    let what = format!(
+                        "{form} single {single} by position {by_position} versions {versions:?} types {types:?} batch {ids:?}"
+                    );
                     let (failed, message) = call.fetch_one(&mut *conn).await.expect(&what);
                     assert_eq!(failed, None, "{what}: {message:?}");
                     let mut applied: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM applied ORDER BY n")
