@@ -999,10 +999,32 @@ CREATE FUNCTION highwater.sql_sink_apply(p_form text, p_statement text, p_role t
     LANGUAGE plpgsql
     AS $_$
 BEGIN
-    EXECUTE format('SELECT * FROM pg_temp.%I($1, $2, $3, $4, $5)',
+    EXECUTE format('SELECT * FROM pg_temp.%I($1, $2, $3, $4, $5, NULL)',
                    highwater.sql_sink_name(p_form, p_statement) || '_batch')
        INTO failed, deferred, message
       USING p_role, p_single, p_lo, p_hi, p_ids;
+END
+$_$;
+
+--
+-- Name: sql_sink_apply_positions(text, text, text, boolean, xid8[], bigint[]); Type: FUNCTION; Schema: highwater; Owner: -
+--
+
+CREATE FUNCTION highwater.sql_sink_apply_positions(p_form text, p_statement text, p_role text, p_single boolean, p_tx_ids xid8[], p_ids bigint[], OUT failed integer, OUT deferred boolean, OUT message text) RETURNS record
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_n constant integer := coalesce(cardinality(p_ids), 0);
+BEGIN
+    IF coalesce(cardinality(p_tx_ids), 0) <> v_n THEN
+        RAISE EXCEPTION 'highwater.sql_sink_apply_positions: p_tx_ids has % transaction ids for % event ids',
+            coalesce(cardinality(p_tx_ids), 0), v_n
+        USING HINT = 'pass one transaction id per event, in the same order: p_tx_ids[i] is the tx_id of the event p_ids[i]';
+    END IF;
+    EXECUTE format('SELECT * FROM pg_temp.%I($1, $2, $3, $4, $5, $6)',
+                   highwater.sql_sink_name(p_form, p_statement) || '_batch')
+       INTO failed, deferred, message
+      USING p_role, p_single, p_tx_ids[1], p_tx_ids[v_n], p_ids, p_tx_ids;
 END
 $_$;
 
@@ -1012,7 +1034,7 @@ $_$;
 
 CREATE FUNCTION highwater.sql_sink_name(p_form text, p_statement text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 'hw_sink5_' || md5(p_form || ':' || p_statement) $$;
+    AS $$ SELECT 'hw_sink6_' || md5(p_form || ':' || p_statement) $$;
 
 --
 -- Name: sql_sink_prepare(text, text); Type: FUNCTION; Schema: highwater; Owner: -
@@ -1029,7 +1051,7 @@ DECLARE
     v_message text;
     v_state text;
     v_batch_args constant text :=
-        'p_role text, p_single boolean, p_lo xid8, p_hi xid8, p_ids bigint[], '
+        'p_role text, p_single boolean, p_lo xid8, p_hi xid8, p_ids bigint[], p_tx_ids xid8[], '
         'OUT failed integer, OUT deferred boolean, OUT message text';
     v_declare constant text := $d$
 DECLARE
@@ -1040,7 +1062,8 @@ DECLARE
     v_set text;
     v_done integer;
     v_missing boolean := false;
-    v_walk boolean;
+    -- Dense batches walk their range, sparse ones are looked up by position (see above).
+    v_walk constant boolean := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
     r highwater.events;
     -- A consumer with `eventVersions` (docs/consumers.md): the payloads go through their
     -- upcasts (highwater.upcast_for); without, the setting is empty and the payload is as stored.
@@ -1050,14 +1073,26 @@ DECLARE
     v_upcast jsonb[];
 BEGIN
     deferred := false;
+    -- A batch named by its ids alone (`highwater.sql_sink_apply`, which a previous release's
+    -- dispatcher calls during a rolling upgrade): its transaction ids are read once, from one
+    -- walk of its range (OFFSET 0 keeps the walk whole: a join clause pushed into it would scan
+    -- the range once per id), NULL for an id the range does not hold.
+    IF p_tx_ids IS NULL AND v_n > 0 AND (NOT v_walk OR v_versions IS NOT NULL) THEN
+        p_tx_ids := ARRAY(SELECT w.tx_id FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                            LEFT JOIN (SELECT e.tx_id, e.id FROM highwater.events e
+                                        WHERE (e.tx_id, e.id) >= (p_lo, p_ids[1]) AND e.tx_id >= p_lo
+                                          AND (e.tx_id, e.id) <= (p_hi, p_ids[v_n]) AND e.tx_id <= p_hi
+                                       OFFSET 0) w ON w.id = u.id
+                           ORDER BY u.i);
+    END IF;
     IF v_versions IS NOT NULL THEN
-        -- One payload per id of the batch, in its order (NULL for an id not found: the loop
-        -- reports the batch's missing events as before).
-        v_upcast := ARRAY(SELECT x.payload FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+        -- One payload per event of the batch, in its order, each looked up by its position
+        -- (NULL for one not found: the loop reports the batch's missing events as before).
+        v_upcast := ARRAY(SELECT x.payload FROM unnest(p_tx_ids, p_ids) WITH ORDINALITY u(tx_id, id, i)
                            LEFT JOIN LATERAL (
                                SELECT highwater.upcast_for(e.event_type, e.schema_version, e.payload, v_versions) AS payload
                                  FROM highwater.events e
-                                WHERE e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi) x ON true
+                                WHERE e.tx_id = u.tx_id AND e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi) x ON true
                           ORDER BY u.i);
         IF to_regclass('pg_temp.highwater_upcast') IS NOT NULL THEN
             DELETE FROM pg_temp.highwater_upcast;
@@ -1068,7 +1103,6 @@ $d$;
     -- The batch's range in delivery order; `CONTINUE` passes over the range's events that are
     -- not the next of the batch. Both forms loop over it when they go one event at a time.
     v_range constant text := $r$
-        v_walk := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
         FOR r IN SELECT * FROM (
                    SELECT * FROM highwater.events e
                     WHERE v_walk
@@ -1077,10 +1111,11 @@ $d$;
                     ORDER BY e.tx_id, e.id) w
                  UNION ALL
                  SELECT * FROM (
-                   SELECT e.* FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                   SELECT e.* FROM unnest(p_tx_ids, p_ids) WITH ORDINALITY u(tx_id, id, i)
                     CROSS JOIN LATERAL (
                        SELECT * FROM highwater.events e
-                        WHERE NOT v_walk AND e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi
+                        WHERE NOT v_walk AND e.tx_id = u.tx_id AND e.id = u.id
+                          AND e.tx_id >= p_lo AND e.tx_id <= p_hi
                        OFFSET 0) e
                     ORDER BY u.i) p LOOP
             CONTINUE WHEN v_cur >= v_n OR r.id <> p_ids[v_cur + 1];
@@ -1102,7 +1137,7 @@ $r$;
     END IF;
 END $h$;
 BEGIN
-    IF to_regprocedure(format('pg_temp.%I(text, boolean, xid8, xid8, bigint[])', p_name || '_batch')) IS NOT NULL THEN
+    IF to_regprocedure(format('pg_temp.%I(text, boolean, xid8, xid8, bigint[], xid8[])', p_name || '_batch')) IS NOT NULL THEN
         RETURN NULL;
     END IF;
     IF p_form = 'perEvent' THEN

@@ -26,36 +26,52 @@ async fn shard(pool: &PgPool, consumer: &str) -> (String, i32, Option<i64>, i64,
     .unwrap()
 }
 
-/// Counts calls of PL/pgSQL functions in sessions that start from now on.
-async fn track_function_calls(pool: &PgPool) {
-    sqlx::raw_sql("ALTER SYSTEM SET track_functions = 'pl'").execute(pool).await.unwrap();
-    sqlx::raw_sql("SELECT pg_reload_conf()").execute(pool).await.unwrap();
+/// Counts the calls of the SQL sink's two functions from now on: each is renamed and a wrapper
+/// of its signature takes its name, counts the call in a sequence of the test's own and calls it.
+/// A sequence is current the moment `nextval` returns and is not rolled back with the caller's
+/// transaction (a call whose batch failed still counts), so [`calls`] reads it without waiting;
+/// `pg_stat_user_functions`, counted before, reaches the reader asynchronously (PostgreSQL 14
+/// sends it to the statistics collector over a socket; later versions when a session ends or
+/// idles), so a loaded machine read it before the last calls arrived.
+async fn count_sink_calls(pool: &PgPool) {
+    sqlx::raw_sql(
+        r#"
+        CREATE SEQUENCE public.sql_sink_prepare_calls;
+        CREATE SEQUENCE public.sql_sink_apply_calls;
+        ALTER FUNCTION highwater.sql_sink_prepare(text, text) RENAME TO sql_sink_prepare_counted;
+        CREATE FUNCTION highwater.sql_sink_prepare(p_form text, p_statement text) RETURNS text
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM nextval('public.sql_sink_prepare_calls');
+            RETURN highwater.sql_sink_prepare_counted(p_form, p_statement);
+        END $$;
+        ALTER FUNCTION highwater.sql_sink_apply_positions(text, text, text, boolean, xid8[], bigint[])
+            RENAME TO sql_sink_apply_positions_counted;
+        CREATE FUNCTION highwater.sql_sink_apply_positions(
+            p_form text, p_statement text, p_role text, p_single boolean, p_tx_ids xid8[], p_ids bigint[],
+            OUT failed integer, OUT deferred boolean, OUT message text)
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM nextval('public.sql_sink_apply_calls');
+            SELECT * INTO failed, deferred, message
+              FROM highwater.sql_sink_apply_positions_counted(p_form, p_statement, p_role, p_single, p_tx_ids, p_ids);
+        END $$;
+        "#,
+    )
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
-/// Calls of `highwater.NAME` counted so far. Function statistics reach the shared counters when
-/// a session ends (or has been idle a while): stop the dispatcher first. Before PostgreSQL 15 they
-/// travel to the statistics collector over a socket and arrive a moment after the session ended
-/// (up to its 500 ms interval): the count is read until it is non-zero and the same 600 ms apart.
-async fn function_calls(pool: &PgPool, name: &str) -> i64 {
-    let read = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE schemaname = 'highwater' AND funcname = $1",
-        )
-        .bind(name)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut last = read().await;
-    loop {
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let now = read().await;
-        if (now == last && now > 0) || std::time::Instant::now() > deadline {
-            return now;
-        }
-        last = now;
-    }
+/// Calls of `highwater.sql_sink_{what}` counted since [`count_sink_calls`].
+async fn calls(pool: &PgPool, what: &str) -> i64 {
+    // `last_value` is the start value until the first nextval: is_called tells them apart.
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM public.sql_sink_{what}_calls"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
 
 async fn wait_status(pool: &PgPool, consumer: &str, status: &'static str) {
@@ -86,7 +102,7 @@ async fn thousand_with_poison_at(pool: &PgPool, poison: usize) -> Vec<i64> {
 async fn poison_in_the_middle(form: &str, statement: &str, applies: i64) {
     let db = setup(&["Item"]).await;
     sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
-    track_function_calls(&db.pool).await;
+    count_sink_calls(&db.pool).await;
     let ids = thousand_with_poison_at(&db.pool, 499).await;
     apply(
         &db.pool,
@@ -102,7 +118,7 @@ async fn poison_in_the_middle(form: &str, statement: &str, applies: i64) {
     let d = Dispatcher::start(&db.url, "d0", logs.path());
     wait_status(&db.pool, "proj", "dead").await;
     d.terminate(Duration::from_secs(20));
-    assert_eq!(function_calls(&db.pool, "sql_sink_apply").await, applies, "{form}");
+    assert_eq!(calls(&db.pool, "apply").await, applies, "{form}");
 
     let applied: Vec<i64> =
         sqlx::query_scalar("SELECT event_id FROM proj ORDER BY event_id").fetch_all(&db.pool).await.unwrap();
@@ -338,7 +354,7 @@ async fn set_form_runs_under_the_role_and_reports_a_broken_statement() {
 async fn a_drain_prepares_the_statement_once_per_claim() {
     let db = setup(&["Item"]).await;
     sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
-    track_function_calls(&db.pool).await;
+    count_sink_calls(&db.pool).await;
     sqlx::query(
         "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload)
          SELECT 'item', 's' || g, 'Item', jsonb_build_object('n', 1 + g % 7) FROM generate_series(1, 5000) g",
@@ -358,8 +374,7 @@ async fn a_drain_prepares_the_statement_once_per_claim() {
     let d = Dispatcher::start(&db.url, "d-1", dir.path());
     wait_count(&db.pool, "SELECT count(*) FROM proj", 5000, Duration::from_secs(60)).await;
     d.terminate(Duration::from_secs(20));
-    let (applies, prepares) =
-        (function_calls(&db.pool, "sql_sink_apply").await, function_calls(&db.pool, "sql_sink_prepare").await);
+    let (applies, prepares) = (calls(&db.pool, "apply").await, calls(&db.pool, "prepare").await);
     assert!(applies >= 10, "ten full batches applied, counted {applies}");
     assert!(prepares <= 2, "{prepares} prepares for {applies} batches");
 }

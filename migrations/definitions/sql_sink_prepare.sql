@@ -57,14 +57,21 @@
 --   hold (an event gone since the dispatcher read it) fails the call as a whole, after the
 --   block that reports events' failures, so no event is blamed for it.
 -- - a batch that is a small part of its range (a consumer of a few of many types: its batch of
---   100 spans 20,000 events in the bench's scenario 12) is read by its ids instead, each looked
---   up in the index on id of the partitions between its first and last transaction (OFFSET 0
---   keeps the lookups), then sorted back into the batch's order: a join PostgreSQL may flatten
---   is free to return them in another, and the loop then misses one (tests/type_paths.rs).
---   Walking the range cost every event of every other type once per consumer
---   (20261204000100_type_index.sql). The test is on the ids' span, first to last (a batch whose
---   ids are close lies in a range about as long), and only picks the cheaper read: both return
---   the batch's events in its order.
+--   100 spans 20,000 events in the bench's scenario 12) is read by its events' positions
+--   instead, each `(tx_id, id)` pair looked up with an equality on both columns of the
+--   (tx_id, id) index (OFFSET 0 keeps the lookups), then sorted back into the batch's order: a
+--   join PostgreSQL may flatten is free to return them in another, and the loop then misses one
+--   (tests/type_paths.rs). Walking the range cost every event of every other type once per
+--   consumer (20261204000100_type_index.sql). The test is on the ids' span, first to last (a
+--   batch whose ids are close lies in a range about as long), and only picks the cheaper read:
+--   both return the batch's events in its order. Until 0.4.0 (`hw_sink5_`) the lookup had the
+--   ids only, `id = u.id AND tx_id BETWEEN lo AND hi`: on the generic plan that became the
+--   index condition `tx_id >= lo AND tx_id <= hi AND id = u.id` of the (tx_id, id) index, a scan
+--   of the batch's whole transaction range for every id, which costs nothing while each event
+--   has a transaction of its own and everything once transactions hold several events (issue
+--   44: 309 ms for a batch of 100 with 500 events a transaction, 2.2 ms with one). The pairs
+--   come from the dispatcher (`highwater.sql_sink_apply_positions`); a caller that names the
+--   batch by ids alone (`highwater.sql_sink_apply`) has them read in one walk of the range.
 -- - set: the view keeps the range and tests membership with `id IN (SELECT unnest(ids))`, which
 --   PostgreSQL evaluates once (a hash or a join), whatever plan the statement gets.
 --
@@ -81,7 +88,7 @@ DECLARE
     v_message text;
     v_state text;
     v_batch_args constant text :=
-        'p_role text, p_single boolean, p_lo xid8, p_hi xid8, p_ids bigint[], '
+        'p_role text, p_single boolean, p_lo xid8, p_hi xid8, p_ids bigint[], p_tx_ids xid8[], '
         'OUT failed integer, OUT deferred boolean, OUT message text';
     v_declare constant text := $d$
 DECLARE
@@ -92,7 +99,8 @@ DECLARE
     v_set text;
     v_done integer;
     v_missing boolean := false;
-    v_walk boolean;
+    -- Dense batches walk their range, sparse ones are looked up by position (see above).
+    v_walk constant boolean := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
     r highwater.events;
     -- A consumer with `eventVersions` (docs/consumers.md): the payloads go through their
     -- upcasts (highwater.upcast_for); without, the setting is empty and the payload is as stored.
@@ -102,14 +110,26 @@ DECLARE
     v_upcast jsonb[];
 BEGIN
     deferred := false;
+    -- A batch named by its ids alone (`highwater.sql_sink_apply`, which a previous release's
+    -- dispatcher calls during a rolling upgrade): its transaction ids are read once, from one
+    -- walk of its range (OFFSET 0 keeps the walk whole: a join clause pushed into it would scan
+    -- the range once per id), NULL for an id the range does not hold.
+    IF p_tx_ids IS NULL AND v_n > 0 AND (NOT v_walk OR v_versions IS NOT NULL) THEN
+        p_tx_ids := ARRAY(SELECT w.tx_id FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                            LEFT JOIN (SELECT e.tx_id, e.id FROM highwater.events e
+                                        WHERE (e.tx_id, e.id) >= (p_lo, p_ids[1]) AND e.tx_id >= p_lo
+                                          AND (e.tx_id, e.id) <= (p_hi, p_ids[v_n]) AND e.tx_id <= p_hi
+                                       OFFSET 0) w ON w.id = u.id
+                           ORDER BY u.i);
+    END IF;
     IF v_versions IS NOT NULL THEN
-        -- One payload per id of the batch, in its order (NULL for an id not found: the loop
-        -- reports the batch's missing events as before).
-        v_upcast := ARRAY(SELECT x.payload FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+        -- One payload per event of the batch, in its order, each looked up by its position
+        -- (NULL for one not found: the loop reports the batch's missing events as before).
+        v_upcast := ARRAY(SELECT x.payload FROM unnest(p_tx_ids, p_ids) WITH ORDINALITY u(tx_id, id, i)
                            LEFT JOIN LATERAL (
                                SELECT highwater.upcast_for(e.event_type, e.schema_version, e.payload, v_versions) AS payload
                                  FROM highwater.events e
-                                WHERE e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi) x ON true
+                                WHERE e.tx_id = u.tx_id AND e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi) x ON true
                           ORDER BY u.i);
         IF to_regclass('pg_temp.highwater_upcast') IS NOT NULL THEN
             DELETE FROM pg_temp.highwater_upcast;
@@ -120,7 +140,6 @@ $d$;
     -- The batch's range in delivery order; `CONTINUE` passes over the range's events that are
     -- not the next of the batch. Both forms loop over it when they go one event at a time.
     v_range constant text := $r$
-        v_walk := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
         FOR r IN SELECT * FROM (
                    SELECT * FROM highwater.events e
                     WHERE v_walk
@@ -129,10 +148,11 @@ $d$;
                     ORDER BY e.tx_id, e.id) w
                  UNION ALL
                  SELECT * FROM (
-                   SELECT e.* FROM unnest(p_ids) WITH ORDINALITY u(id, i)
+                   SELECT e.* FROM unnest(p_tx_ids, p_ids) WITH ORDINALITY u(tx_id, id, i)
                     CROSS JOIN LATERAL (
                        SELECT * FROM highwater.events e
-                        WHERE NOT v_walk AND e.id = u.id AND e.tx_id >= p_lo AND e.tx_id <= p_hi
+                        WHERE NOT v_walk AND e.tx_id = u.tx_id AND e.id = u.id
+                          AND e.tx_id >= p_lo AND e.tx_id <= p_hi
                        OFFSET 0) e
                     ORDER BY u.i) p LOOP
             CONTINUE WHEN v_cur >= v_n OR r.id <> p_ids[v_cur + 1];
@@ -154,7 +174,7 @@ $r$;
     END IF;
 END $h$;
 BEGIN
-    IF to_regprocedure(format('pg_temp.%I(text, boolean, xid8, xid8, bigint[])', p_name || '_batch')) IS NOT NULL THEN
+    IF to_regprocedure(format('pg_temp.%I(text, boolean, xid8, xid8, bigint[], xid8[])', p_name || '_batch')) IS NOT NULL THEN
         RETURN NULL;
     END IF;
     IF p_form = 'perEvent' THEN

@@ -4,8 +4,8 @@
 //! claim one more: `highwater.sql_sink_prepare` before (a no-op once the session has the
 //! statement's functions; the pass skips it while it keeps the claim's connection); then one
 //! simple query, whose statements share one implicit transaction: the transaction-local
-//! settings, then one statement that calls `highwater.sql_sink_apply`
-//! (migrations/20261201000001_sql_sink_batch.sql) naming the batch by its ids, which reads the
+//! settings, then one statement that calls `highwater.sql_sink_apply_positions`
+//! (migrations/definitions/) naming the batch by its events' positions, which reads the
 //! events and runs the statement per event (or once over the batch, `form: set`) server-side,
 //! planned once, and moves the cursor if every event applied. A failure's handling (finding the
 //! failing event, applying the events before it) opens a transaction of its own.
@@ -23,7 +23,7 @@ use sqlx::{FromRow, PgConnection, postgres::PgRow};
 
 use super::{Applied, DeliveryContext, Sink, SinkError, in_transaction, in_transaction_with};
 use crate::{
-    Error, Event, Result, literal,
+    Error, Event, Result, Xid8, literal,
     shards::{self, Advance},
 };
 
@@ -76,22 +76,24 @@ impl SqlSink {
         })
     }
 
-    /// One call of `highwater.sql_sink_apply` in the open transaction on `conn`: `Ok` when every
-    /// event applied; otherwise nothing of this call is applied and the error names the first
-    /// failing event. The events are named (ids and their transaction-id range), not sent: the
+    /// One call of `highwater.sql_sink_apply_positions` in the open transaction on `conn`: `Ok`
+    /// when every event applied; otherwise nothing of this call is applied and the error names the
+    /// first failing event. The events are named (their `(tx_id, id)` positions), not sent: the
     /// server reads them itself.
     async fn apply(&self, conn: &mut PgConnection, events: &[Event], single: bool) -> Result<(), SinkError> {
-        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
+        if events.is_empty() {
+            return Ok(());
+        }
+        let tx_ids: Vec<Xid8> = events.iter().map(|e| e.position().xid8()).collect();
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
         let (failed, deferred, message): (Option<i32>, Option<bool>, Option<String>) = sqlx::query_as(
-            "SELECT failed, deferred, message FROM highwater.sql_sink_apply($1, $2, $3, $4, $5, $6, $7)",
+            "SELECT failed, deferred, message FROM highwater.sql_sink_apply_positions($1, $2, $3, $4, $5, $6)",
         )
         .bind(self.form.as_str())
         .bind(&self.statement)
         .bind(&self.role)
         .bind(single)
-        .bind(first.position().xid8())
-        .bind(last.position().xid8())
+        .bind(tx_ids)
         .bind(ids)
         .fetch_one(conn)
         .await
@@ -130,13 +132,13 @@ impl SqlSink {
         advance: &Advance<'_>,
     ) -> String {
         let ids: Vec<String> = events.iter().map(|e| e.id.to_string()).collect();
-        let (lo, hi) = (events[0].position().tx, events[events.len() - 1].position().tx);
+        let tx_ids: Vec<String> = events.iter().map(|e| e.position().tx.to_string()).collect();
         format!(
             "{settings};
              SELECT a.failed, a.deferred, a.message,
                     set_config('highwater.sql_sink_applied', (a.failed IS NULL)::text, true)
-               FROM highwater.sql_sink_apply({form}, {statement}, {role}, false,
-                                             '{lo}'::xid8, '{hi}'::xid8, '{{{ids}}}'::bigint[]) a;
+               FROM highwater.sql_sink_apply_positions({form}, {statement}, {role}, false,
+                                                       '{{{tx_ids}}}'::xid8[], '{{{ids}}}'::bigint[]) a;
              WITH moved AS ({update})
              SELECT CASE WHEN {applied} AND NOT EXISTS (SELECT FROM moved) THEN highwater.sql_sink_refused()
                     END AS refused, m.*
@@ -145,6 +147,7 @@ impl SqlSink {
             form = literal::text(self.form.as_str()),
             statement = literal::text(&self.statement),
             role = literal::text_or_null(self.role.as_deref()),
+            tx_ids = tx_ids.join(","),
             ids = ids.join(","),
             update = advance.inline(APPLIED),
             applied = APPLIED,
@@ -246,7 +249,7 @@ async fn run(conn: &mut PgConnection, sql: String) -> Outcome {
     }
 }
 
-/// `highwater.sql_sink_apply`'s answer: the first failing event, if any.
+/// `highwater.sql_sink_apply_positions`'s answer: the first failing event, if any.
 fn reported(
     events: &[Event],
     failed: Option<i32>,

@@ -22,6 +22,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("sql_sink_name", include_str!("../../../../migrations/definitions/sql_sink_name.sql")),
     ("sql_sink_prepare", include_str!("../../../../migrations/definitions/sql_sink_prepare.sql")),
     ("sql_sink_apply", include_str!("../../../../migrations/definitions/sql_sink_apply.sql")),
+    ("sql_sink_apply_positions", include_str!("../../../../migrations/definitions/sql_sink_apply_positions.sql")),
     ("sql_sink_refused", include_str!("../../../../migrations/definitions/sql_sink_refused.sql")),
     ("notify_events", include_str!("../../../../migrations/definitions/notify_events.sql")),
     ("advance_stream_version", include_str!("../../../../migrations/definitions/advance_stream_version.sql")),
