@@ -70,7 +70,7 @@ fn missing_hint(code: &str, message: &str) -> Option<String> {
              (correlation_id is filled in when absent); put other values under a key"
                 .into(),
         ),
-        "HW001" | "HW002" | "HW003" | "HW004" => {
+        "HW001" | "HW002" | "HW003" | "HW004" | "HW030" => {
             Some(format!("see SQLSTATE {code} under \"Errors\" in docs/events.md"))
         }
         _ => None,
@@ -165,7 +165,9 @@ impl Error {
             match pg.code() {
                 // HW004: a schema version the type does not have (the eight-argument append).
                 "HW001" | "HW004" => return Error::UnknownEventType { message, hint },
-                "HW002" => return Error::InvalidPayload { message, hint },
+                // HW030: a stream type, stream id, event type or payload over its size limit
+                // (append_limits.sql): bad input like HW002, never worth retrying as it is.
+                "HW002" | "HW030" => return Error::InvalidPayload { message, hint },
                 "HW003" => return Error::VersionConflict { message, hint },
                 // jsonb cannot hold \u0000: the server refuses the payload before the function runs.
                 "22P05" => {

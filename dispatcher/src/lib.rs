@@ -25,6 +25,8 @@ macro_rules! fence {
 mod devtools;
 mod engine;
 mod store;
+/// The CLI's terminal tables, used by the store's renderings and the CLI alike.
+mod table;
 
 pub mod cli;
 pub mod error;

@@ -1,6 +1,7 @@
 -- Appends one event inside the caller's transaction and returns its id.
 -- Errors (SQLSTATE): HW001 unknown event type, HW002 payload fails the type's schema or is not
--- valid, HW003 expected stream version does not match. Nothing is stored on error.
+-- valid, HW003 expected stream version does not match, HW030 a value over its size limit
+-- (append_limits.sql). Nothing is stored on error.
 --
 -- Why it is written as it is (issue 14, part 4; docs/benchmarks.md "After the append work"):
 --
@@ -61,6 +62,16 @@ DECLARE
     v_id      bigint;
     v_latest  integer;
 BEGIN
+    -- The size limits (append_limits.sql, which says why and raises HW030): tested inline, so an
+    -- append within them pays four length reads and no function call. A payload that reached
+    -- here compressed (passed from a table's column) is measured uncompressed there.
+    IF pg_catalog.octet_length(p_stream_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.octet_length(p_stream_id) OPERATOR(pg_catalog.>) 1024
+       OR pg_catalog.octet_length(p_event_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.pg_column_size(p_payload) OPERATOR(pg_catalog.>) 67108864
+       OR pg_catalog.pg_column_compression(p_payload) IS NOT NULL THEN
+        PERFORM highwater.append_limits(p_stream_type, p_stream_id, p_event_type, p_payload);
+    END IF;
     IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
        OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) ''
        OR p_payload IS NULL

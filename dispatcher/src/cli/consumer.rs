@@ -544,13 +544,17 @@ fn render_replay(p: &ops::replay::Plan, dry_run: bool) -> String {
             p.consumer
         )
     };
-    for s in &p.selected {
-        let version = s.stream_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
-        out.push_str(&format!(
-            "  event {:>10}  {:<20} version {:<6} instance {}\n",
-            s.event_id, s.event_type, version, s.instance_id
-        ));
-    }
+    use crate::table::{Align::*, render_rows};
+    out.push_str(&render_rows(
+        2,
+        &[Left, Right, Left, Left, Left, Left, Left],
+        p.selected.iter().map(|s| {
+            let version = s.stream_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
+            let event_id = s.event_id.to_string();
+            let (type_, instance) = (s.event_type.clone(), s.instance_id.clone());
+            vec!["event".into(), event_id, type_, "version".into(), version, "instance".into(), instance]
+        }),
+    ));
     for l in &p.left_out {
         out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
     }
@@ -594,13 +598,24 @@ fn render_plan(p: &ops::redrive::Plan, dry_run: bool) -> String {
     } else {
         format!("redrive of {} dead letter(s) of consumer {} requested\n", p.selected.len(), p.consumer)
     };
-    for s in &p.selected {
-        let error: String = s.error.replace(['\n', '\r'], " ").chars().take(80).collect();
-        out.push_str(&format!(
-            "  event {:>10}  {:<20} {:<30} instance {:<22} {}\n",
-            s.event_id, s.event_type, s.stream, s.instance_id, error
-        ));
-    }
+    use crate::table::{Align::*, render_rows};
+    out.push_str(&render_rows(
+        2,
+        &[Left, Right, Left, Left, Left, Left, Left],
+        p.selected.iter().map(|s| {
+            let error: String = s.error.replace(['\n', '\r'], " ").chars().take(80).collect();
+            let (event_id, stream) = (s.event_id.to_string(), s.stream.to_string());
+            vec![
+                "event".into(),
+                event_id,
+                s.event_type.clone(),
+                stream,
+                "instance".into(),
+                s.instance_id.clone(),
+                error,
+            ]
+        }),
+    ));
     for l in &p.left_out {
         out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
     }

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::{Output, json_arg};
-use crate::{Error, Result, event_types};
+use crate::{
+    Error, Result, event_types,
+    table::{self, Align},
+};
 
 #[derive(Subcommand, Debug)]
 pub enum EventTypesCmd {
@@ -107,8 +110,7 @@ pub async fn run(pool: &sqlx::PgPool, c: EventTypesCmd) -> Result<()> {
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&types)?),
                 Output::Table => {
-                    println!("{:<40} {:<7} {:<20} {:<7} DESCRIPTION", "TYPE", "LATEST", "COMPATIBILITY", "SCHEMA");
-                    for t in types {
+                    let rows = types.iter().map(|t| {
                         let schema = if t.versions.last().is_some_and(|v| v.schema.is_some()) { "schema" } else { "-" };
                         let mut desc = t.description.clone().unwrap_or_default();
                         if let Some(of) = &t.alias_of {
@@ -116,15 +118,17 @@ pub async fn run(pool: &sqlx::PgPool, c: EventTypesCmd) -> Result<()> {
                         } else if !t.aliases.is_empty() {
                             desc = format!("(formerly {}) {desc}", t.aliases.join(", "));
                         }
-                        println!(
-                            "{:<40} {:<7} {:<20} {:<7} {}",
-                            t.event_type,
-                            format!("v{}", t.latest),
-                            t.compatibility,
-                            schema,
-                            desc.trim_end()
-                        );
-                    }
+                        let latest = format!("v{}", t.latest);
+                        vec![t.event_type.clone(), latest, t.compatibility.to_string(), schema.into(), desc]
+                    });
+                    let columns = [
+                        ("TYPE", Align::Left),
+                        ("LATEST", Align::Left),
+                        ("COMPATIBILITY", Align::Left),
+                        ("SCHEMA", Align::Left),
+                        ("DESCRIPTION", Align::Left),
+                    ];
+                    print!("{}", table::render(0, &columns, rows));
                 }
             }
         }

@@ -169,18 +169,21 @@ fn parse_rfc3339(s: &str) -> std::result::Result<DateTime<Utc>, String> {
 
 /// One line per event; the payload as compact JSON, whole.
 fn render_stream(evs: &[crate::Event]) -> String {
-    let mut out =
-        format!("{:>10} {:>7}  {:<24} {:<12} {:<26}  {}\n", "ID", "VERSION", "TYPE", "TENANT", "CREATED AT", "PAYLOAD");
-    for e in evs {
-        out.push_str(&format!(
-            "{:>10} {:>7}  {:<24} {:<12} {:<26}  {}\n",
-            e.id,
-            e.stream_version.map_or("-".to_owned(), |v| v.to_string()),
-            e.event_type,
-            e.tenant_id.as_deref().unwrap_or("-"),
-            e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            e.payload.get()
-        ));
-    }
-    out
+    use crate::table::{Align::*, render};
+    let columns =
+        [("ID", Right), ("VERSION", Right), ("TYPE", Left), ("TENANT", Left), ("CREATED AT", Left), ("PAYLOAD", Left)];
+    render(
+        0,
+        &columns,
+        evs.iter().map(|e| {
+            vec![
+                e.id.to_string(),
+                e.stream_version.map_or("-".to_owned(), |v| v.to_string()),
+                e.event_type.clone(),
+                e.tenant_id.as_deref().unwrap_or("-").to_owned(),
+                e.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                e.payload.get().to_owned(),
+            ]
+        }),
+    )
 }

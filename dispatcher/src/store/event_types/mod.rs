@@ -2,6 +2,7 @@
 //! upcast from the version before ([`versions`]), the compatibility mode checked when a version
 //! is registered ([`compat`]), and aliases.
 pub mod compat;
+mod invalid_schema;
 mod resource;
 mod versions;
 
@@ -52,12 +53,11 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
     "writeOnly",
 ];
 
-/// Checks that `schema` is a valid JSON Schema (with the `jsonschema` crate's meta-schemas) and
-/// that it only uses keywords the database enforces.
+/// Checks that `schema` is a valid JSON Schema (with the `jsonschema` crate's meta-schemas; a
+/// refusal names the place inside the schema and what the keyword there takes) and that it only
+/// uses keywords the database enforces.
 pub fn check_schema(event_type: &str, schema: &Value) -> Result<()> {
-    if let Err(e) = jsonschema::meta::validate(schema) {
-        return Err(Error::refused(format!("the schema for {event_type:?} is not a valid JSON Schema: {e}")));
-    }
+    invalid_schema::check(event_type, schema)?;
     let mut unsupported = Vec::new();
     walk(schema, "$", &mut unsupported);
     if unsupported.is_empty() {
@@ -242,5 +242,27 @@ mod tests {
     fn refuses_invalid_schemas() {
         let e = check_schema("X", &json!({"type": "banana"})).unwrap_err().to_string();
         assert!(e.contains("not a valid JSON Schema"), "{e}");
+    }
+
+    /// Issue 44: the refusal names the JSON pointer inside the schema and what goes there.
+    #[test]
+    fn invalid_schemas_are_refused_at_their_json_pointer_with_a_fix() {
+        for (schema, pointer, fix) in [
+            (json!({"type": "banana"}), "at /type:", "\"type\" takes one of \"object\""),
+            (json!({"required": "a"}), "at /required:", "\"required\" takes an array of property names"),
+            (
+                json!({"properties": {"total": {"type": "object", "properties": {"n": {"minimum": "0"}}}}}),
+                "at /properties/total/properties/n/minimum:",
+                "\"minimum\" takes a number",
+            ),
+            (json!({"properties": {"required": "a"}}), "at /properties/required:", "a schema is a JSON object"),
+            (json!({"items": {"maxLength": -1}}), "at /items/maxLength:", "non-negative integer"),
+            (json!(5), "at the top level:", "a schema is a JSON object"),
+        ] {
+            let Err(Error::Refused(r)) = check_schema("X", &schema) else { panic!("{schema} accepted") };
+            assert!(r.problem.contains("not a valid JSON Schema") && r.problem.contains(pointer), "{schema}: {r}");
+            let f = r.fix.unwrap_or_default();
+            assert!(f.contains(fix) && f.starts_with(&pointer[..pointer.len() - 1]), "{schema}: {f}");
+        }
     }
 }

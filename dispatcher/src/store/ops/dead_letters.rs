@@ -52,26 +52,34 @@ pub async fn dead_letters(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<D
 
 /// One line per dead letter; the error on one line, cut to fit a terminal.
 pub fn render_dead_letters(rows: &[DeadLetter]) -> String {
-    let mut out = format!(
-        "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {:<9} {}\n",
-        "CONSUMER", "INSTANCE", "EVENT", "TYPE", "ATTEMPTS", "PARKED AT", "STATE", "ERROR"
-    );
-    for d in rows {
-        let error: String = d.error.replace(['\n', '\r'], " ").chars().take(100).collect();
-        out.push_str(&format!(
-            "{:<24} {:<22} {:>10} {:<20} {:>8}  {:<20}  {:<9} {}{}\n",
-            d.consumer,
-            d.instance_id,
-            d.event_id,
-            d.event_type.as_deref().unwrap_or("(pruned)"),
-            d.attempts,
-            d.created_at.format("%Y-%m-%d %H:%M:%S"),
-            d.state,
-            error,
-            redrive_note(d)
-        ));
-    }
-    out
+    use crate::table::{Align::*, render};
+    let columns = [
+        ("CONSUMER", Left),
+        ("INSTANCE", Left),
+        ("EVENT", Right),
+        ("TYPE", Left),
+        ("ATTEMPTS", Right),
+        ("PARKED AT", Left),
+        ("STATE", Left),
+        ("ERROR", Left),
+    ];
+    render(
+        0,
+        &columns,
+        rows.iter().map(|d| {
+            let error: String = d.error.replace(['\n', '\r'], " ").chars().take(100).collect();
+            vec![
+                d.consumer.clone(),
+                d.instance_id.clone(),
+                d.event_id.to_string(),
+                d.event_type.as_deref().unwrap_or("(pruned)").to_owned(),
+                d.attempts.to_string(),
+                d.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                d.state.to_string(),
+                format!("{error}{}", redrive_note(d)),
+            ]
+        }),
+    )
 }
 
 /// ` (redriven at T by U: reason)` and the like, after the error.

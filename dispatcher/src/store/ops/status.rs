@@ -163,27 +163,37 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
     Ok(rows)
 }
 
-/// A fixed-width table of shard statuses.
+/// A table of shard statuses, one line each, then a line per shard that waits on something.
 pub fn render_table(rows: &[ShardStatus]) -> String {
-    let mut out = format!(
-        "{:<24} {:<22} {:<11} {:<10} {:>9} {:>7} {:>8} {:>8}  {}\n",
-        "CONSUMER", "INSTANCE", "DELIVERY", "STATUS", "DELIVERED", "LAG", "LAG(s)", "ATTEMPTS", "LAST ERROR"
+    use crate::table::{Align::*, render};
+    let columns = [
+        ("CONSUMER", Left),
+        ("INSTANCE", Left),
+        ("DELIVERY", Left),
+        ("STATUS", Left),
+        ("DELIVERED", Right),
+        ("LAG", Right),
+        ("LAG(s)", Right),
+        ("ATTEMPTS", Right),
+        ("LAST ERROR", Left),
+    ];
+    let mut out = render(
+        0,
+        &columns,
+        rows.iter().map(|r| {
+            vec![
+                r.consumer.clone(),
+                r.instance_id.clone(),
+                r.delivery.to_string(),
+                r.status.to_string(),
+                r.delivered_count.to_string(),
+                r.lag_events.to_string(),
+                r.lag_seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into()),
+                r.attempts.to_string(),
+                r.last_error.as_deref().unwrap_or("").chars().take(60).collect(),
+            ]
+        }),
     );
-    for r in rows {
-        let err: String = r.last_error.as_deref().unwrap_or("").chars().take(60).collect();
-        out.push_str(&format!(
-            "{:<24} {:<22} {:<11} {:<10} {:>9} {:>7} {:>8} {:>8}  {}\n",
-            r.consumer,
-            r.instance_id,
-            r.delivery,
-            r.status,
-            r.delivered_count,
-            r.lag_events,
-            r.lag_seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into()),
-            r.attempts,
-            err
-        ));
-    }
     for r in rows {
         if r.bootstrap_pending {
             out.push_str(&format!(

@@ -38,28 +38,38 @@ pub async fn run(pool: &PgPool, opts: TopOptions, stop: CancellationToken) -> Re
 pub fn render(rows: &[ShardStatus], previous: &HashMap<(String, String), i64>, interval: Duration) -> String {
     let now = chrono::Utc::now().format("%H:%M:%S");
     let mut out = format!("highwater top — {now} — {} shards (Ctrl-C to quit)\n\n", rows.len());
-    out.push_str(&format!(
-        "{:<24} {:<22} {:<11} {:<10} {:>9} {:>8} {:>9} {:>8}  {}\n",
-        "CONSUMER", "INSTANCE", "DELIVERY", "STATUS", "LAG", "LAG(s)", "RATE/s", "ATTEMPTS", "LAST ERROR"
+    use crate::table::{Align::*, render};
+    let columns = [
+        ("CONSUMER", Left),
+        ("INSTANCE", Left),
+        ("DELIVERY", Left),
+        ("STATUS", Left),
+        ("LAG", Right),
+        ("LAG(s)", Right),
+        ("RATE/s", Right),
+        ("ATTEMPTS", Right),
+        ("LAST ERROR", Left),
+    ];
+    out.push_str(&render(
+        0,
+        &columns,
+        rows.iter().map(|r| {
+            let rate = previous
+                .get(&(r.consumer.clone(), r.instance_id.clone()))
+                .map(|p| format!("{:.1}", (r.delivered_count - p).max(0) as f64 / interval.as_secs_f64()))
+                .unwrap_or_else(|| "-".into());
+            vec![
+                r.consumer.clone(),
+                r.instance_id.clone(),
+                r.delivery.to_string(),
+                r.status.to_string(),
+                r.lag_events.to_string(),
+                r.lag_seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into()),
+                rate,
+                r.attempts.to_string(),
+                r.last_error.as_deref().unwrap_or("").chars().take(50).collect(),
+            ]
+        }),
     ));
-    for r in rows {
-        let rate = previous
-            .get(&(r.consumer.clone(), r.instance_id.clone()))
-            .map(|p| format!("{:.1}", (r.delivered_count - p).max(0) as f64 / interval.as_secs_f64()))
-            .unwrap_or_else(|| "-".into());
-        let err: String = r.last_error.as_deref().unwrap_or("").chars().take(50).collect();
-        out.push_str(&format!(
-            "{:<24} {:<22} {:<11} {:<10} {:>9} {:>8} {:>9} {:>8}  {}\n",
-            r.consumer,
-            r.instance_id,
-            r.delivery,
-            r.status,
-            r.lag_events,
-            r.lag_seconds.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into()),
-            rate,
-            r.attempts,
-            err
-        ));
-    }
     out
 }
