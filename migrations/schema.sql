@@ -76,6 +76,16 @@ DECLARE
     v_id      bigint;
     v_latest  integer;
 BEGIN
+    -- The size limits (append_limits.sql, which says why and raises HW030): tested inline, so an
+    -- append within them pays four length reads and no function call. A payload that reached
+    -- here compressed (passed from a table's column) is measured uncompressed there.
+    IF pg_catalog.octet_length(p_stream_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.octet_length(p_stream_id) OPERATOR(pg_catalog.>) 1024
+       OR pg_catalog.octet_length(p_event_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.pg_column_size(p_payload) OPERATOR(pg_catalog.>) 67108864
+       OR pg_catalog.pg_column_compression(p_payload) IS NOT NULL THEN
+        PERFORM highwater.append_limits(p_stream_type, p_stream_id, p_event_type, p_payload);
+    END IF;
     IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
        OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) ''
        OR p_payload IS NULL
@@ -207,6 +217,16 @@ DECLARE
     v_id      bigint;
     v_latest  integer;
 BEGIN
+    -- The size limits (append_limits.sql, which says why and raises HW030): tested inline, so an
+    -- append within them pays four length reads and no function call. A payload that reached
+    -- here compressed (passed from a table's column) is measured uncompressed there.
+    IF pg_catalog.octet_length(p_stream_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.octet_length(p_stream_id) OPERATOR(pg_catalog.>) 1024
+       OR pg_catalog.octet_length(p_event_type) OPERATOR(pg_catalog.>) 200
+       OR pg_catalog.pg_column_size(p_payload) OPERATOR(pg_catalog.>) 67108864
+       OR pg_catalog.pg_column_compression(p_payload) IS NOT NULL THEN
+        PERFORM highwater.append_limits(p_stream_type, p_stream_id, p_event_type, p_payload);
+    END IF;
     IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
        OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) ''
        OR p_payload IS NULL
@@ -321,6 +341,53 @@ BEGIN
             v_version, p_event_type, v_tenant, p_payload, v_meta, v_latest)
     RETURNING id INTO v_id;
     RETURN v_id;
+END
+$$;
+
+--
+-- Name: append_limits(text, text, text, jsonb); Type: FUNCTION; Schema: highwater; Owner: -
+--
+
+CREATE FUNCTION highwater.append_limits(p_stream_type text, p_stream_id text, p_event_type text, p_payload jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+    v_bytes bigint;
+BEGIN
+    v_bytes := octet_length(p_event_type);
+    IF v_bytes > 200 THEN
+        RAISE EXCEPTION 'event type "%…" is % bytes long; the limit is 200 bytes', left(p_event_type, 40), v_bytes
+            USING ERRCODE = 'HW030',
+                  HINT = 'event type names are a letter, then up to 199 letters, digits and . _ : - '
+                         '(`highwater event-types list` shows the registered ones)';
+    END IF;
+    v_bytes := octet_length(p_stream_type);
+    IF v_bytes > 200 THEN
+        RAISE EXCEPTION 'stream type "%…" is % bytes long; the limit is 200 bytes (UTF-8)',
+            left(p_stream_type, 40), v_bytes
+            USING ERRCODE = 'HW030',
+                  HINT = 'name the aggregate type in a short word, e.g. ''order''; '
+                         'see "Limits" in docs/events.md';
+    END IF;
+    v_bytes := octet_length(p_stream_id);
+    IF v_bytes > 1024 THEN
+        RAISE EXCEPTION 'stream id "%…" of stream type "%" is % bytes long; the limit is 1024 bytes (UTF-8)',
+            left(p_stream_id, 40), p_stream_type, v_bytes
+            USING ERRCODE = 'HW030',
+                  HINT = 'use a shorter id: a UUID, a number, or a hash of a long natural key (keep the key '
+                         'itself in the payload); see "Limits" in docs/events.md';
+    END IF;
+    -- Uncompressed: an object or array concatenated with an empty array is itself, detoasted.
+    v_bytes := CASE WHEN pg_column_compression(p_payload) IS NULL THEN pg_column_size(p_payload)
+                    ELSE pg_column_size('[]'::jsonb || p_payload) END;
+    IF v_bytes > 67108864 THEN
+        RAISE EXCEPTION 'payload of event type "%" is % bytes (as jsonb); the limit is 67108864 bytes (64 MiB)',
+            p_event_type, v_bytes
+            USING ERRCODE = 'HW030',
+                  HINT = 'keep large data out of the event: store it in a table or an object store and '
+                         'put its key in the payload; see "Limits" in docs/events.md';
+    END IF;
 END
 $$;
 
@@ -2151,6 +2218,12 @@ REVOKE ALL ON FUNCTION highwater.append(p_stream_type text, p_stream_id text, p_
 --
 
 REVOKE ALL ON FUNCTION highwater.append(p_stream_type text, p_stream_id text, p_event_type text, p_payload jsonb, p_metadata jsonb, p_tenant_id text, p_expected_version bigint, p_schema_version integer) FROM PUBLIC;
+
+--
+-- Name: FUNCTION append_limits(p_stream_type text, p_stream_id text, p_event_type text, p_payload jsonb); Type: ACL; Schema: highwater; Owner: -
+--
+
+REVOKE ALL ON FUNCTION highwater.append_limits(p_stream_type text, p_stream_id text, p_event_type text, p_payload jsonb) FROM PUBLIC;
 
 --
 -- Name: FUNCTION append_position(p_stream_type text, p_stream_id text, p_event_type text, p_payload jsonb, p_metadata jsonb, p_tenant_id text, p_expected_version bigint, OUT id bigint, OUT tx_id xid8, OUT token xid8); Type: ACL; Schema: highwater; Owner: -
