@@ -20,9 +20,9 @@ pub use reference::{
 pub use spec::*;
 pub use status::*;
 pub use validate::{
-    BROKER_HEADERS, KAFKA_TOPIC_FIELDS, MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, MAX_PARTITIONS, MAX_SQL_TIMEOUT,
-    NATS_SUBJECT_FIELDS, RESERVED_KAFKA_PROPERTIES, RESERVED_WEBHOOK_HEADERS, SpecError, check_template,
-    sql_timeout_too_long, validate_consumer_name,
+    BROKER_HEADERS, CONSUMER_NUMBERS, KAFKA_TOPIC_FIELDS, MAX_BATCH_SIZE, MAX_MAX_ATTEMPTS, MAX_PARTITIONS,
+    MAX_SQL_TIMEOUT, MAX_SSE_BUFFER, NATS_SUBJECT_FIELDS, NumberField, RESERVED_KAFKA_PROPERTIES,
+    RESERVED_WEBHOOK_HEADERS, SpecError, check_template, sql_timeout_too_long, validate_consumer_name,
 };
 
 /// API group and version of the `EventConsumer` resource; YAML files use the same header.

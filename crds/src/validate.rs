@@ -7,6 +7,45 @@ pub const MAX_BATCH_SIZE: u32 = 10_000;
 /// Partitions of a Shared consumer: beyond a few per dispatcher, a partition's read filters out most
 /// of the rows it scans.
 pub const MAX_PARTITIONS: u32 = 256;
+/// Events an SSE client may fall behind before it is disconnected (`sink.sse.buffer`): the
+/// dispatcher allocates the buffer up front.
+pub const MAX_SSE_BUFFER: u32 = 1_000_000;
+
+/// A whole-number field of a consumer spec: its path below `spec`, its range and its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberField {
+    pub path: &'static str,
+    pub min: u32,
+    pub max: u32,
+    pub default: u32,
+}
+
+/// Every whole-number field of a consumer spec (`eventVersions` has its own rule).
+pub const CONSUMER_NUMBERS: [NumberField; 4] = [
+    NumberField { path: "maxAttempts", min: 1, max: MAX_MAX_ATTEMPTS, default: 10 },
+    NumberField { path: "batchSize", min: 1, max: MAX_BATCH_SIZE, default: 100 },
+    NumberField { path: "partitions", min: 1, max: MAX_PARTITIONS, default: 1 },
+    NumberField { path: "sink.sse.buffer", min: 1, max: MAX_SSE_BUFFER, default: 1024 },
+];
+
+impl NumberField {
+    /// The problem with `shown` (the value as written) in this field: the field, the range and
+    /// the fix. `integer`: whether it is a whole number at all (then it is out of range).
+    pub fn problem(&self, shown: &str, integer: bool) -> String {
+        let what = if integer { "is out of range" } else { "is not a whole number" };
+        format!(
+            "{}: {shown} {what}: write a whole number from {} to {} (default {})",
+            self.path, self.min, self.max, self.default
+        )
+    }
+
+    fn check(&self, value: u32, problems: &mut Vec<String>) {
+        if !(self.min..=self.max).contains(&value) {
+            problems.push(self.problem(&value.to_string(), true));
+        }
+    }
+}
+
 /// Headers the webhook sink sets itself; a definition that set one would contradict them.
 pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
     "content-type",
@@ -138,14 +177,14 @@ impl ConsumerSpec {
         if let Err(e) = validate_consumer_name(name) {
             problems.push(e);
         }
-        if !(1..=MAX_MAX_ATTEMPTS).contains(&self.max_attempts) {
-            problems.push(format!("maxAttempts: {} is out of range 1..={MAX_MAX_ATTEMPTS}", self.max_attempts));
+        let [attempts, batch, partitions, sse_buffer] = CONSUMER_NUMBERS;
+        attempts.check(self.max_attempts, &mut problems);
+        batch.check(self.batch_size, &mut problems);
+        if let Some(b) = self.sink.sse.as_ref().and_then(|s| s.buffer) {
+            sse_buffer.check(b, &mut problems);
         }
-        if !(1..=MAX_BATCH_SIZE).contains(&self.batch_size) {
-            problems.push(format!("batchSize: {} is out of range 1..={MAX_BATCH_SIZE}", self.batch_size));
-        }
-        if !(1..=MAX_PARTITIONS).contains(&self.partitions) {
-            problems.push(format!("partitions: {} is out of range 1..={MAX_PARTITIONS}", self.partitions));
+        if !(partitions.min..=partitions.max).contains(&self.partitions) {
+            partitions.check(self.partitions, &mut problems);
         } else if self.partitions > 1 && self.delivery == crate::Delivery::PerInstance {
             problems.push(format!(
                 "partitions: {} needs delivery: Shared (a PerInstance consumer delivers every event on every \

@@ -47,7 +47,10 @@ async fn sql_statements_that_fail_or_time_out_halt_on_the_event_and_say_why() {
         ),
     ]
     .concat();
+    // Apply checks the statement against the tables then: the table goes after it.
+    sqlx::raw_sql("CREATE TABLE nowhere (id bigint)").execute(&db.pool).await.unwrap();
     apply(&db.pool, &yaml).await;
+    sqlx::raw_sql("DROP TABLE nowhere").execute(&db.pool).await.unwrap();
     let id = append_one(&db.pool, json!({})).await;
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "h0", logs.path());

@@ -66,7 +66,9 @@ fn has_escape(bytes: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_to_a_file_are_plain_and_json_lines_parse() {
     let db = setup(&["Tick"]).await;
-    // A consumer that always fails, so the log holds warnings with structured fields.
+    // A consumer that always fails, so the log holds warnings with structured fields: its table
+    // is dropped once apply has checked the statement against it.
+    sqlx::raw_sql("CREATE TABLE nowhere (id bigint)").execute(&db.pool).await.unwrap();
     apply(
         &db.pool,
         &consumer(
@@ -75,6 +77,7 @@ async fn logs_to_a_file_are_plain_and_json_lines_parse() {
         ),
     )
     .await;
+    sqlx::raw_sql("DROP TABLE nowhere").execute(&db.pool).await.unwrap();
     let mut tx = db.pool.begin().await.unwrap();
     append(&mut tx, &NewEvent::new("s", "1", "Tick", json!({}))).await.unwrap();
     tx.commit().await.unwrap();

@@ -280,6 +280,59 @@ async fn rewind_to_an_event_redelivers_from_that_event() {
     assert_eq!(scalar_i64(&db.pool, "SELECT count(*) FROM seen").await, 13);
 }
 
+/// A mistyped year put the cursor past every undelivered event without a word (issue 44): a time
+/// to come is refused, and a time or an event forward of the cursor says how many events it would
+/// skip and moves only once that is confirmed (--yes), through the library and the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
+    let typed = consumer("typed", "delivery: Shared\neventTypes: [Tick]\nsink: {sql: {statement: 'SELECT 1'}}");
+    let w = given().consumer(gated("a")).consumer(typed).events(&[false; 4]).start().await;
+    let (db, ids) = (&w.db, w.ids.clone());
+    let (p, u) = (&db.pool, &db.url);
+    highwater::event_types::register(p, "Other", None, None).await.unwrap();
+    let mut tx = p.begin().await.unwrap();
+    append(&mut tx, &NewEvent::new("s", "2", "Other", json!({}))).await.unwrap();
+    tx.commit().await.unwrap();
+    let year_2099: chrono::DateTime<chrono::Utc> = "2099-01-01T00:00:00Z".parse().unwrap();
+
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(year_2099)).await);
+    assert!(m.contains("--to 2099-01-01T00:00:00+00:00 is in the future") && m.contains("check the date"), "{m}");
+    let m = refused(ops::rewind_skipping(p, "a", None, ops::RewindTo::Time(year_2099)).await);
+    assert!(m.contains("in the future"), "refused even when skipping is confirmed: {m}");
+    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", "2099-01-01T00:00:00Z"]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("is in the future") && err.contains("fix: check the date"), "{err}");
+    let (code, _, err) = cli(u, &["consumer", "rewind", "a", "--to", "2099-01-01T00:00:00Z", "--yes"]);
+    assert_eq!(code, 1, "{err}");
+
+    // Forward past undelivered events: counted (of the consumer's types), refused unless confirmed.
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()").fetch_one(p).await.unwrap();
+    let skips = ops::rewind_skips(p, "typed", None, ops::RewindTo::Time(now)).await.unwrap();
+    assert_eq!(skips, vec![ops::Skipped { instance_id: "__shared__".into(), events: 4 }], "not the Other event");
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(now)).await);
+    assert!(m.contains("forward past 5 undelivered event(s) (5 on shard __shared__)"), "{m}");
+    assert!(m.contains(&format!("`highwater consumer rewind a --to {} --yes`", now.to_rfc3339())), "{m}");
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(ids[2])).await);
+    assert!(m.contains("forward past 2 undelivered event(s)") && m.contains(&format!("--to {} --yes", ids[2])), "{m}");
+    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[3].to_string()]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("skipping 3 undelivered event(s)") && err.contains("pass --yes"), "{err}");
+    assert_eq!(shard(p, "a", "__shared__").await.cursor, Position::ZERO, "every refusal left the cursor");
+
+    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[3].to_string(), "--yes"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(&format!("eventconsumer/a rewound to event {}", ids[3])), "{out}");
+    let at = position_of(p, ids[3]).await;
+    assert_eq!(shard(p, "a", "__shared__").await.cursor, Position::new(at.tx, at.id - 1));
+    // Backwards asks nothing; latest skips on purpose, by name.
+    ops::rewind(p, "a", None, ops::RewindTo::Event(ids[1])).await.unwrap();
+    let (code, _, err) = cli(u, &["consumer", "rewind", "a", "--to", "latest"]);
+    assert_eq!(code, 0, "{err}");
+    let other: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(p).await.unwrap();
+    assert_eq!(shard(p, "a", "__shared__").await.cursor, position_of(p, other).await);
+    assert!(ops::rewind_skips(p, "a", None, ops::RewindTo::Time(now)).await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_to_a_time_and_what_it_resets() {
     let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
@@ -299,7 +352,8 @@ async fn rewind_to_a_time_and_what_it_resets() {
     .unwrap();
     let t150: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT now() - interval '150 minutes'").fetch_one(&db.pool).await.unwrap();
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Time(t150)).await.unwrap();
+    // Forward past the first event (the cursor is at 0/0): confirmed.
+    let t = ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(t150)).await.unwrap();
     let second = position_of(&db.pool, ids[1]).await;
     assert_eq!(t[0].cursor_after, Position::new(second.tx, second.id - 1), "before the first event at or after");
     assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("dead", "idle"), "a dead shard is idle");
@@ -312,9 +366,10 @@ async fn rewind_to_a_time_and_what_it_resets() {
         .unwrap();
     assert_eq!((attempts, failing, error, next), (0, None, None, None), "the failure is cleared");
 
-    // A time after every event: only what comes next.
-    let future = chrono::Utc::now() + chrono::Duration::hours(1);
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Time(future)).await.unwrap();
+    // A time after every event: only what comes next, once skipping the two is confirmed.
+    let after_all: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT now() - interval '30 minutes'").fetch_one(&db.pool).await.unwrap();
+    let t = ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(after_all)).await.unwrap();
     assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[2]).await);
 
     // A disabled shard stays disabled.
@@ -435,7 +490,7 @@ async fn refusals_name_the_problem_and_the_fix() {
     let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(above)).await);
     assert!(m.contains("not below the fence"), "{m}");
     old.rollback().await.unwrap();
-    ops::rewind(p, "a", None, ops::RewindTo::Event(above)).await.unwrap();
+    ops::rewind_skipping(p, "a", None, ops::RewindTo::Event(above)).await.unwrap();
 
     // A refusal leaves every shard as it was.
     let shards: Vec<(String, String, String)> =
@@ -594,7 +649,7 @@ async fn cli_prints_each_change_and_refuses_with_the_reason() {
     assert_eq!(code, 1);
     assert!(err.contains("has no failing event"), "{err}");
 
-    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[1].to_string()]);
+    let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[1].to_string(), "--yes"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.starts_with(&format!("eventconsumer/a rewound to event {} (instance __shared__; cursor 0/0 -> ", ids[1])),

@@ -271,7 +271,7 @@ async fn bad_partition_counts_are_refused_and_nothing_changes() {
             }
         }
     };
-    for (n, expect) in [(0u32, "out of range 1..=256"), (257, "out of range 1..=256")] {
+    for (n, expect) in [(0u32, "is out of range: write a whole number from 1 to 256"), (257, "from 1 to 256")] {
         let e = refused(projection("proj", n, 10)).await;
         assert!(e.contains("partitions") && e.contains(expect), "{n}: {e}");
     }

@@ -333,7 +333,10 @@ async fn set_form_runs_under_the_role_and_reports_a_broken_statement() {
         ),
     ]
     .concat();
+    // Apply checks the statements against the tables then: `missing` goes after it.
+    sqlx::raw_sql("CREATE TABLE missing (id bigint)").execute(&db.pool).await.unwrap();
     apply(&db.pool, &yaml).await;
+    sqlx::raw_sql("DROP TABLE missing").execute(&db.pool).await.unwrap();
     let logs = tempfile::tempdir().unwrap();
     let _d = Dispatcher::start(&db.url, "d0", logs.path());
     wait_count(&db.pool, "SELECT count(*) FROM allowed", 2, Duration::from_secs(30)).await;

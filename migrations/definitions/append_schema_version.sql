@@ -54,10 +54,7 @@ BEGIN
         -- The error path: an unknown type is reported first, as it always was.
         PERFORM FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown event type "%"', p_event_type
-                USING ERRCODE = 'HW001',
-                      HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                               '(optionally with --schema FILE)', p_event_type);
+            PERFORM highwater.unknown_event_type(p_event_type);
         END IF;
         IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
            OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) '' THEN
@@ -96,10 +93,7 @@ BEGIN
     SELECT true, t.json_schema, t.latest_version INTO v_known, v_schema, v_latest
       FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
     IF v_known IS NULL THEN
-        RAISE EXCEPTION 'unknown event type "%"', p_event_type
-            USING ERRCODE = 'HW001',
-                  HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                           '(optionally with --schema FILE)', p_event_type);
+        PERFORM highwater.unknown_event_type(p_event_type);
     END IF;
     IF p_schema_version IS NOT NULL
        AND p_schema_version OPERATOR(pg_catalog.<>) coalesce(v_latest, 1) THEN

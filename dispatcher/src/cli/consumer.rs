@@ -168,12 +168,18 @@ pub enum ConsumerCmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Move the cursor: redeliver from the start, an event or a time, or jump to the head.
+    /// Move the cursor: redeliver from the start, an event or a time, or jump to the head. A time
+    /// to come is refused; a time or event that moves the cursor forward past undelivered events
+    /// says how many and asks (--yes: skip them without asking).
     Rewind {
         name: String,
         /// earliest, latest, an event id (redelivered from that event), or an RFC 3339 time.
         #[arg(long, value_parser = |s: &str| s.parse::<ops::RewindTo>().map_err(|e| e.to_string()))]
         to: ops::RewindTo,
+        /// Skip the undelivered events between the cursor and the target without asking (a
+        /// command without a terminal needs it).
+        #[arg(short, long)]
+        yes: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -323,8 +329,8 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::Enable { name, target } => {
             print_changes(&ops::enable(pool, &name, target.get()).await?, target.output)?
         }
-        ConsumerCmd::Rewind { name, to, target } => {
-            print_changes(&ops::rewind(pool, &name, target.get(), to).await?, target.output)?
+        ConsumerCmd::Rewind { name, to, yes, target } => {
+            print_changes(&rewind(pool, &name, to, yes, target.get()).await?, target.output)?
         }
         ConsumerCmd::Rebuild { name } => println!("eventconsumer/{name}: {}", ops::rebuild(pool, &name).await?),
         ConsumerCmd::Bootstrap { name } => {
@@ -559,6 +565,35 @@ fn render_replay(p: &ops::replay::Plan, dry_run: bool) -> String {
         out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
     }
     out
+}
+
+/// A rewind that moves a cursor forward past undelivered events asks first (`latest` says so
+/// by name, `--yes` has answered); without a terminal it is refused with the count.
+async fn rewind(
+    pool: &sqlx::PgPool,
+    name: &str,
+    to: ops::RewindTo,
+    yes: bool,
+    instance: Option<&str>,
+) -> Result<Vec<ops::Transition>> {
+    if yes || to == ops::RewindTo::Latest {
+        return ops::rewind_skipping(pool, name, instance, to).await;
+    }
+    let skipped = ops::rewind_skips(pool, name, instance, to).await?;
+    if skipped.is_empty() {
+        return ops::rewind(pool, name, instance, to).await;
+    }
+    ask(
+        &format!(
+            "rewind consumer {name} to {to}, skipping {}, which are never delivered",
+            ops::describe_skips(&skipped)
+        ),
+        (
+            "moving a cursor forward past undelivered events needs a confirmation",
+            "check the target (a mistyped date or id?); pass --yes to skip them on purpose",
+        ),
+    )?;
+    ops::rewind_skipping(pool, name, instance, to).await
 }
 
 /// Asks on a terminal; refuses without one.

@@ -2,10 +2,13 @@
 //! parsed, validated and stored as rows of `highwater.consumers`.
 use std::{collections::BTreeMap, path::Path};
 
-use highwater_crds::{API_VERSION, ConsumerSpec, Delivery, EVENT_TYPE_KIND, KIND, SHARED_INSTANCE};
+use highwater_crds::{
+    API_VERSION, CONSUMER_NUMBERS, ConsumerSpec, Delivery, EVENT_TYPE_KIND, EventVersions, KIND, SHARED_INSTANCE,
+};
 use serde::Deserialize;
 use sqlx::{PgPool, types::Json};
 
+use super::yaml_numbers::{Field, take_bad};
 use crate::{Error, Result, event_types, notify, shards};
 
 #[derive(Deserialize)]
@@ -58,7 +61,7 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = format!("{source} (document {})", i + 1);
         let bad = |problem: String| Error::Definition { origin: origin.clone(), problem };
-        let Some(value) = Option::<serde_yaml::Value>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
+        let Some(mut value) = Option::<serde_yaml::Value>::deserialize(doc).map_err(|e| bad(e.to_string()))? else {
             continue;
         };
         // An `EventType` beside the consumers (one GitOps folder, examples/): the operator
@@ -73,7 +76,17 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
             );
             continue;
         }
-        let d: Document = serde_yaml::from_value(value).map_err(|e| bad(e.to_string()))?;
+        // Every problem of the document together: the numbers and eventVersions first (replaced
+        // or taken out when bad, so that the typed parse goes on), then the parse's or the
+        // validation's.
+        let mut problems = value.get_mut("spec").map(spec_numbers).unwrap_or_default();
+        let d: Document = match serde_yaml::from_value(value) {
+            Ok(d) => d,
+            Err(e) => {
+                problems.push(e.to_string());
+                return Err(bad(problems.join("; ")));
+            }
+        };
         if d.api_version != API_VERSION || d.kind != KIND {
             return Err(bad(format!(
                 "expected apiVersion: {API_VERSION} and kind: {KIND}, found {} {}",
@@ -81,10 +94,39 @@ pub fn parse(text: &str, source: &str) -> Result<Vec<Definition>> {
             )));
         }
         let name = d.spec.consumer_name.clone().unwrap_or(d.metadata.name);
-        d.spec.validate(&name).map_err(|e| bad(e.to_string()))?;
+        if let Err(e) = d.spec.validate(&name) {
+            problems.extend(e.problems);
+        }
+        if !problems.is_empty() {
+            return Err(bad(problems.join("; ")));
+        }
         out.push(Definition { name, spec: d.spec, source: source.to_owned() });
     }
     Ok(out)
+}
+
+/// The problems of the spec's whole-number fields (each replaced when bad, see yaml_numbers.rs)
+/// and of `eventVersions` (taken out when bad: it is optional).
+fn spec_numbers(spec: &mut serde_yaml::Value) -> Vec<String> {
+    // No sequence in these paths: the path found is the field's.
+    let problem = |path: &str, shown: &str, integer: bool| {
+        CONSUMER_NUMBERS.iter().find(|n| n.path == path).map(|n| n.problem(shown, integer)).unwrap_or_default()
+    };
+    let fields: Vec<Field<'_>> = CONSUMER_NUMBERS
+        .iter()
+        .map(|n| Field { path: n.path, min: n.min.into(), max: n.max.into(), problem: &problem })
+        .collect();
+    let mut out = take_bad(spec, &fields);
+    if let serde_yaml::Value::Mapping(m) = spec
+        && let Some(v) = m.get("eventVersions")
+    {
+        let checked = serde_json::to_value(v).map_err(|e| e.to_string()).and_then(EventVersions::try_from);
+        if let Err(e) = checked {
+            out.push(e);
+            m.remove("eventVersions");
+        }
+    }
+    out
 }
 
 /// Fails on the first YAML syntax error of the stream, naming the document, line and column.
@@ -159,6 +201,13 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
                 "register them with \
                  `highwater event-types register NAME`, or correct eventTypes",
             ));
+        }
+    }
+    for d in defs {
+        if let Some(sql) = &d.spec.sink.sql
+            && statement_changed(pool, &d.name, sql).await?
+        {
+            super::sink_statement::check(pool, &d.name, &d.source, sql).await?;
         }
     }
     let mut tx = pool.begin().await?;
@@ -253,6 +302,16 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         crate::ops::bootstrap(pool, &name).await?;
     }
     Ok(out)
+}
+
+/// Whether `sql`'s statement is new to the consumer: the operator applies unchanged specs again
+/// and again, and the check (which writes the catalog, then rolls back) is for a new statement.
+async fn statement_changed(pool: &PgPool, name: &str, sql: &highwater_crds::SqlSink) -> Result<bool> {
+    let stored: Option<Json<ConsumerSpec>> = sqlx::query_scalar("SELECT spec FROM highwater.consumers WHERE name = $1")
+        .bind(name)
+        .fetch_optional(pool)
+        .await?;
+    Ok(stored.and_then(|s| s.0.sink.sql).is_none_or(|old| old.statement != sql.statement || old.form != sql.form))
 }
 
 async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {

@@ -20,4 +20,6 @@ pub mod read_ahead;
 pub mod retention;
 pub mod roles;
 pub mod shards;
+mod sink_statement;
 pub mod sleepers;
+mod yaml_numbers;

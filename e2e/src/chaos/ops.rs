@@ -338,7 +338,7 @@ async fn rewind_loop(pool: PgPool, watch: CursorWatch, clocks: Clocks, log: Arc<
             });
             continue;
         };
-        let r = ops::rewind(&pool, RW_CONSUMER, None, to).await;
+        let r = ops::rewind_skipping(&pool, RW_CONSUMER, None, to).await;
         log.outcome(op, &r, |_| 1);
         let t = match r {
             Ok(ts) if !ts.is_empty() => ts[0].clone(),

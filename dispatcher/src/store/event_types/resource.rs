@@ -2,11 +2,14 @@
 //! the one conversion from a resource's spec to the registry's [`TypeSpec`], shared by the
 //! operator and `highwater event-types apply -f`, so a type declared in Git registers the same
 //! way with or without a cluster.
-use highwater_crds::{API_VERSION, Compatibility as Mode, EVENT_TYPE_KIND, EventTypeSpec, KIND};
+use highwater_crds::{API_VERSION, Compatibility as Mode, EVENT_TYPE_KIND, EventTypeSpec, KIND, MAX_VERSIONS};
 use serde::Deserialize;
 
 use super::{Compatibility, TypeSpec, VersionSpec};
-use crate::{Error, Result};
+use crate::{
+    Error, Result,
+    store::yaml_numbers::{Field, take_bad},
+};
 
 impl From<&EventTypeSpec> for TypeSpec {
     fn from(spec: &EventTypeSpec) -> Self {
@@ -53,7 +56,7 @@ pub fn parse_documents(text: &str, source: &str) -> Result<(Vec<TypeDocument>, u
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let origin = format!("{source} (document {})", i + 1);
         let bad = |problem: String, fix: &str| Error::refused(format!("{origin}: {problem}")).with_fix(fix.to_owned());
-        let Some(value) = Option::<serde_yaml::Value>::deserialize(doc).map_err(|e| {
+        let Some(mut value) = Option::<serde_yaml::Value>::deserialize(doc).map_err(|e| {
             bad(e.to_string(), "correct the YAML at the line and column named (it is parsed as a whole file)")
         })?
         else {
@@ -73,15 +76,36 @@ pub fn parse_documents(text: &str, source: &str) -> Result<(Vec<TypeDocument>, u
                 "give the document apiVersion: highwater.dev/v1alpha1 and kind: EventType (crds/eventtype.yaml)",
             ));
         }
-        let d: Document = serde_yaml::from_value(value).map_err(|e| {
-            bad(
-                format!("spec: {e}"),
-                "see docs/operator.md, \"EventType\", for the fields (`highwater-operator reference eventtype`)",
-            )
-        })?;
+        // A version number that is no whole number in range is named with its path, and taken out
+        // so that the typed parse reports the document's other problems with it.
+        let numbers = value.get_mut("spec").map(version_numbers).unwrap_or_default();
+        let d: Document = match serde_yaml::from_value(value) {
+            Ok(d) if numbers.is_empty() => d,
+            parsed => {
+                let mut problems: Vec<String> = numbers.iter().map(|p| format!("spec.{p}")).collect();
+                let fix = match parsed {
+                    Err(e) => {
+                        problems.push(format!("spec: {e}"));
+                        "see docs/operator.md, \"EventType\", for the fields (`highwater-operator reference eventtype`)"
+                    }
+                    Ok(_) => "number the versions 1, 2, 3, … in order, each once",
+                };
+                return Err(bad(problems.join("; "), fix));
+            }
+        };
         types.push(TypeDocument { origin, spec: d.spec });
     }
     Ok((types, consumers))
+}
+
+/// The problems of `versions[].version` (see yaml_numbers.rs).
+fn version_numbers(spec: &mut serde_yaml::Value) -> Vec<String> {
+    let problem = |path: &str, shown: &str, integer: bool| {
+        let what = if integer { "is out of range" } else { "is not a whole number" };
+        format!("{path}: {shown} {what}: write the version's number, from 1 to {MAX_VERSIONS}")
+    };
+    let field = Field { path: "versions[].version", min: 1, max: MAX_VERSIONS as u64, problem: &problem };
+    take_bad(spec, &[field])
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("json_schema_check", include_str!("../../../../migrations/definitions/json_schema_check.sql")),
     ("token", include_str!("../../../../migrations/definitions/token.sql")),
     ("append_limits", include_str!("../../../../migrations/definitions/append_limits.sql")),
+    ("unknown_event_type", include_str!("../../../../migrations/definitions/unknown_event_type.sql")),
     ("append", include_str!("../../../../migrations/definitions/append.sql")),
     ("append_schema_version", include_str!("../../../../migrations/definitions/append_schema_version.sql")),
     ("upcast", include_str!("../../../../migrations/definitions/upcast.sql")),

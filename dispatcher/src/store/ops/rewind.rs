@@ -95,6 +95,22 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
             Ok(Position::new(tx.0, id - 1))
         }
         RewindTo::Time(t) => {
+            // A time to come (a mistyped year) would put the cursor at the head, past every
+            // undelivered event: never what was meant. Compared with the database's clock, which
+            // stamps `created_at`.
+            let (future, now): (bool, DateTime<Utc>) =
+                sqlx::query_as("SELECT $1 > now(), now()").bind(t).fetch_one(&mut *conn).await?;
+            if future {
+                return Err(Error::refused(format!(
+                    "--to {} is in the future (the database's time is {}): no event is that new, so the \
+                     cursor would jump past every undelivered event",
+                    t.to_rfc3339(),
+                    now.to_rfc3339()
+                ))
+                .with_fix(
+                    "check the date (the year?); to skip every undelivered event on purpose, rewind --to latest",
+                ));
+            }
             let first: Option<(Xid8, i64)> = sqlx::query_as(concat!(
                 "SELECT tx_id, id FROM highwater.events WHERE created_at >= $1 AND tx_id < ",
                 fence!(),
@@ -112,13 +128,89 @@ pub async fn target(conn: &mut PgConnection, to: RewindTo) -> Result<Position> {
     }
 }
 
+/// What a rewind would skip on one shard: undelivered events of the consumer (its types, its
+/// partition) between the shard's cursor and the target.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub instance_id: String,
+    pub events: i64,
+}
+
+/// Per shard in scope, how many undelivered events `rewind --to` would move the cursor past
+/// (shards it moves backwards, or not at all, skip none and are left out). `latest` is counted
+/// too: it skips them on purpose. Refuses what [`rewind`] refuses first (an unknown consumer or
+/// instance, a missing event, a time to come).
+pub async fn rewind_skips(pool: &PgPool, consumer: &str, instance: Option<&str>, to: RewindTo) -> Result<Vec<Skipped>> {
+    let mut conn = pool.acquire().await?;
+    let scope = super::scope::resolve(&mut conn, consumer, instance).await?;
+    let at = target(&mut conn, to).await?;
+    skips(&mut conn, &scope, at).await
+}
+
+async fn skips(conn: &mut PgConnection, scope: &super::scope::Scope, at: Position) -> Result<Vec<Skipped>> {
+    // The events the shard would read next (shard_events_after's filter), up to the target.
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT s.instance_id,
+                (SELECT count(*) FROM highwater.events e
+                  WHERE (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id) AND e.tx_id >= s.cursor_tx
+                    AND (e.tx_id, e.id) <= ($3, $4) AND e.tx_id <= $3
+                    AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))
+                    AND (s.partition_count IS NULL
+                         OR highwater.stream_partition(e.stream_type, e.stream_id, s.partition_count)
+                            = s.partition_index))
+           FROM highwater.consumer_shards s JOIN highwater.consumers c ON c.name = s.consumer
+          WHERE s.consumer = $1 AND ($2::text IS NULL OR s.instance_id = $2)
+            AND (s.cursor_tx, s.cursor_id) < ($3, $4)
+          ORDER BY s.instance_id",
+    )
+    .bind(&scope.consumer)
+    .bind(&scope.instance)
+    .bind(at.xid8())
+    .bind(at.id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().filter(|(_, n)| *n > 0).map(|(instance_id, events)| Skipped { instance_id, events }).collect())
+}
+
 /// Puts the cursors in scope at `to`, clears any failure, and makes dead or retrying shards
-/// idle; disabled shards stay disabled (enable them to deliver).
+/// idle; disabled shards stay disabled (enable them to deliver). Refuses a time to come, and a
+/// target (a time or an event) that moves a cursor forward past undelivered events, naming how
+/// many: those events would never be delivered, and a mistyped date or id is the usual cause.
+/// [`rewind_skipping`] moves past them once that is confirmed; `latest` is such a move by name.
 pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: RewindTo) -> Result<Vec<Transition>> {
+    rewind_with(pool, consumer, instance, to, matches!(to, RewindTo::Latest)).await
+}
+
+/// [`rewind`] that also moves cursors forward past undelivered events (confirmed by the user:
+/// `--yes`, or the answer to [`rewind_skips`]' count).
+pub async fn rewind_skipping(
+    pool: &PgPool,
+    consumer: &str,
+    instance: Option<&str>,
+    to: RewindTo,
+) -> Result<Vec<Transition>> {
+    rewind_with(pool, consumer, instance, to, true).await
+}
+
+async fn rewind_with(
+    pool: &PgPool,
+    consumer: &str,
+    instance: Option<&str>,
+    to: RewindTo,
+    skipping: bool,
+) -> Result<Vec<Transition>> {
     let mut conn = pool.acquire().await?;
     // An unknown consumer or instance is the first thing to report, before any target problem.
-    super::scope::resolve(&mut conn, consumer, instance).await?;
+    let scope = super::scope::resolve(&mut conn, consumer, instance).await?;
     let at = target(&mut conn, to).await?;
+    if !skipping {
+        // Checked before the move, not within it: a dispatcher that delivers meanwhile only
+        // lowers the count.
+        let skipped = skips(&mut conn, &scope, at).await?;
+        if !skipped.is_empty() {
+            return Err(would_skip(&scope, to, &skipped));
+        }
+    }
     drop(conn);
     let change = Change {
         verb: "rewind",
@@ -148,4 +240,29 @@ pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: R
         },
     )
     .await
+}
+
+/// How many events each shard would skip, as one sentence: `shard __shared__: 3 events`.
+pub fn describe_skips(skipped: &[Skipped]) -> String {
+    let total: i64 = skipped.iter().map(|s| s.events).sum();
+    let each: Vec<String> = skipped.iter().map(|s| format!("{} on shard {}", s.events, s.instance_id)).collect();
+    format!("{total} undelivered event(s) ({})", each.join(", "))
+}
+
+fn would_skip(scope: &super::scope::Scope, to: RewindTo, skipped: &[Skipped]) -> Error {
+    let arg = match to {
+        RewindTo::Event(id) => id.to_string(),
+        other => other.to_string(),
+    };
+    let flag = scope.instance.as_deref().map(|i| scope.instance_flag(i)).unwrap_or_default();
+    Error::refused(format!(
+        "rewinding consumer {} to {to} moves its cursor forward past {}: they would never be delivered",
+        scope.consumer,
+        describe_skips(skipped)
+    ))
+    .with_fix(format!(
+        "check the target (a mistyped date or id?); to skip them on purpose: `highwater consumer rewind {}{flag} \
+         --to {arg} --yes`",
+        scope.consumer
+    ))
 }
