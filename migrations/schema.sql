@@ -93,10 +93,7 @@ BEGIN
         -- The error path: an unknown type is reported first, as it always was.
         PERFORM FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown event type "%"', p_event_type
-                USING ERRCODE = 'HW001',
-                      HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                               '(optionally with --schema FILE)', p_event_type);
+            PERFORM highwater.unknown_event_type(p_event_type);
         END IF;
         IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
            OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) '' THEN
@@ -149,10 +146,7 @@ BEGIN
     SELECT true, t.json_schema, t.latest_version INTO v_known, v_schema, v_latest
       FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
     IF v_known IS NULL THEN
-        RAISE EXCEPTION 'unknown event type "%"', p_event_type
-            USING ERRCODE = 'HW001',
-                  HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                           '(optionally with --schema FILE)', p_event_type);
+        PERFORM highwater.unknown_event_type(p_event_type);
     END IF;
     IF v_schema IS NOT NULL THEN
         v_err := highwater.json_schema_check(v_schema, p_payload);
@@ -234,10 +228,7 @@ BEGIN
         -- The error path: an unknown type is reported first, as it always was.
         PERFORM FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'unknown event type "%"', p_event_type
-                USING ERRCODE = 'HW001',
-                      HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                               '(optionally with --schema FILE)', p_event_type);
+            PERFORM highwater.unknown_event_type(p_event_type);
         END IF;
         IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
            OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) '' THEN
@@ -276,10 +267,7 @@ BEGIN
     SELECT true, t.json_schema, t.latest_version INTO v_known, v_schema, v_latest
       FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
     IF v_known IS NULL THEN
-        RAISE EXCEPTION 'unknown event type "%"', p_event_type
-            USING ERRCODE = 'HW001',
-                  HINT = pg_catalog.format('register it first: `highwater event-types register %s` '
-                                           '(optionally with --schema FILE)', p_event_type);
+        PERFORM highwater.unknown_event_type(p_event_type);
     END IF;
     IF p_schema_version IS NOT NULL
        AND p_schema_version OPERATOR(pg_catalog.<>) coalesce(v_latest, 1) THEN
@@ -1362,6 +1350,29 @@ CREATE FUNCTION highwater.token() RETURNS xid8
 $$;
 
 --
+-- Name: unknown_event_type(text); Type: FUNCTION; Schema: highwater; Owner: -
+--
+
+CREATE FUNCTION highwater.unknown_event_type(p_event_type text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+BEGIN
+    IF p_event_type IS NULL OR p_event_type !~ '^[A-Za-z][A-Za-z0-9_.:-]{0,199}$' THEN
+        RAISE EXCEPTION 'invalid event type name %: a name starts with a letter, followed by letters, digits, '
+                        '_ . : or - (at most 200 characters)', CASE WHEN p_event_type IS NULL THEN 'NULL' ELSE '"' || p_event_type || '"' END
+            USING ERRCODE = 'HW001',
+                  HINT = 'use a name such as OrderPlaced or order.placed: the same name in '
+                         '`highwater event-types register NAME` and in every append';
+    END IF;
+    RAISE EXCEPTION 'unknown event type "%"', p_event_type
+        USING ERRCODE = 'HW001',
+              HINT = format('register it first: `highwater event-types register %s` (optionally with --schema FILE)',
+                            p_event_type);
+END
+$_$;
+
+--
 -- Name: upcast(text, integer, jsonb, integer); Type: FUNCTION; Schema: highwater; Owner: -
 --
 
@@ -2254,6 +2265,12 @@ REVOKE ALL ON FUNCTION highwater.create_event_partitions() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION highwater.repartition(p_consumer text, p_refuse_dead boolean) FROM PUBLIC;
+
+--
+-- Name: FUNCTION unknown_event_type(p_event_type text); Type: ACL; Schema: highwater; Owner: -
+--
+
+REVOKE ALL ON FUNCTION highwater.unknown_event_type(p_event_type text) FROM PUBLIC;
 
 --
 -- Name: TABLE schema_version; Type: ACL; Schema: highwater; Owner: -
