@@ -21,8 +21,9 @@ repo=$(cd "$here/../.." && pwd)
 cache=${HIGHWATER_E2E_CACHE:-$HOME/.cache/highwater-e2e}/postgres
 
 # Delivery with concurrent writers and SIGKILLs, transaction-id boundaries, retention, rewind and
-# the other ops, partitions, read-your-writes, the SQL sink in both forms, the schema window.
-default_suites="crash delivery xid_boundaries retention ops partitions read_your_writes sql_sink sql_sink_batch schema_window server_version"
+# the other ops, partitions, read-your-writes, the SQL sink in both forms (and its failures at
+# COMMIT: the search leans on how PostgreSQL fires deferred triggers), the schema window.
+default_suites="crash delivery xid_boundaries retention ops partitions read_your_writes sql_sink sql_sink_batch sql_sink_commit schema_window server_version"
 
 entry() { # major -> "registry package version"
     awk -v m="$1" '$1 == m { print $2, $3, $4; found = 1 } END { exit !found }' "$here/versions" ||
