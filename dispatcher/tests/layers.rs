@@ -6,10 +6,8 @@
 use std::path::{Path, PathBuf};
 
 /// Modules (as re-exported at the crate root) that each layer must not name.
-const RULES: &[(&str, &[&str])] = &[
-    ("engine", &["devtools", "cli", "embedded", "pgbouncer", "quickstart"]),
-    ("devtools", &["cli"]),
-];
+const RULES: &[(&str, &[&str])] =
+    &[("engine", &["devtools", "cli", "embedded", "pgbouncer", "quickstart"]), ("devtools", &["cli"])];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
