@@ -1,9 +1,8 @@
-// The migrations are embedded with `sqlx::migrate!`; rebuild when they change. `--version`
-// prints the git revision too: `HIGHWATER_VERSION` is "<crate version> (<revision>)".
+// `--version` prints the git revision too: `HIGHWATER_VERSION` is "<crate version> (<revision>)".
+// (The migrations are embedded by the store crate, whose build.rs watches them.)
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-changed=../migrations");
     let revision = revision();
     println!("cargo:rustc-env=HIGHWATER_GIT_REVISION={revision}");
     println!("cargo:rustc-env=HIGHWATER_VERSION={} ({revision})", env!("CARGO_PKG_VERSION"));

@@ -1,31 +1,13 @@
-//! The library's layers only depend downwards (docs/architecture.md): the store names nothing of
-//! the engine, the developer tools or the CLI; the engine nothing of the tools or the CLI; the
-//! tools nothing of the CLI. Read from the sources, so a new import that breaks the rule fails here.
+//! The `highwater` crate's layers only depend downwards (docs/architecture.md): the engine names
+//! nothing of the developer tools or the CLI; the tools nothing of the CLI. Read from the sources,
+//! so a new import that breaks the rule fails here. The store is a crate of its own
+//! (`highwater-store`, store/) that does not depend on this one: Cargo refuses its upward imports
+//! (a dependency cycle), so it needs no rule here.
 use std::path::{Path, PathBuf};
 
 /// Modules (as re-exported at the crate root) that each layer must not name.
-const RULES: &[(&str, &[&str])] = &[
-    (
-        "store",
-        &[
-            "engine",
-            "devtools",
-            "cli",
-            "dispatch",
-            "sink",
-            "sse",
-            "http",
-            "metrics",
-            "instance",
-            "wait",
-            "wait_http",
-            "embedded",
-            "quickstart",
-        ],
-    ),
-    ("engine", &["devtools", "cli", "embedded", "quickstart"]),
-    ("devtools", &["cli"]),
-];
+const RULES: &[(&str, &[&str])] =
+    &[("engine", &["devtools", "cli", "embedded", "pgbouncer", "quickstart"]), ("devtools", &["cli"])];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

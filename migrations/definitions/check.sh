@@ -11,7 +11,7 @@
 #   old_fresh    the migrations as they were at $OLD_REV (the last commit before the split), each
 #                in its own transaction, then the ordered migrations added since;
 #   new_fresh    every ordered migration of the work tree, then every definition in the order of
-#                dispatcher/src/store/migrate/definitions.rs (the one list of that order), in ONE
+#                store/src/migrate/definitions.rs (the one list of that order), in ONE
 #                transaction;
 #   upgrade_<r>  for each release r: its migrations as it had them, a few events appended with its
 #                highwater.append, then the work tree's ordered migrations after its last one and
@@ -44,7 +44,7 @@ if [ -z "${RELEASES:-}" ]; then
         RELEASES="d9d8d2e 883c0db"
     fi
 fi
-manifest=dispatcher/src/store/migrate/definitions.rs
+manifest=store/src/migrate/definitions.rs
 for tool in initdb postgres pg_ctl psql pg_dump pg_isready; do
     [ -x "$bindir/$tool" ] || { echo "check.sh: no $bindir/$tool (pass the PostgreSQL bin directory)" >&2; exit 2; }
 done
@@ -97,7 +97,7 @@ definitions=()
 for ((i = 0; i < ${#literals[@]}; i += 2)); do
     name=${literals[i]} path=${literals[i + 1]}
     file=migrations/definitions/$name.sql
-    if [ "$(realpath -m "dispatcher/src/store/migrate/$path")" != "$repo/$file" ]; then
+    if [ "$(realpath -m "store/src/migrate/$path")" != "$repo/$file" ]; then
         echo "check.sh: $manifest: $name includes $path, not $file" >&2
         exit 1
     fi

@@ -44,7 +44,7 @@ pub fn run(a: &RolesArgs, database_url: Option<&str>) -> Result<()> {
         sql_sink_roles: a.sql_sink_roles.clone(),
         database,
     };
-    print!("{}", roles.render());
+    print!("{}", roles.render(crate::VERSION));
     Ok(())
 }
 

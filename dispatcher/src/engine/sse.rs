@@ -13,6 +13,7 @@ use axum::{
     },
 };
 use futures::{Stream, StreamExt, stream};
+use highwater_store::fence;
 use serde::Deserialize;
 use sqlx::PgPool;
 use tokio::sync::{RwLock, broadcast};

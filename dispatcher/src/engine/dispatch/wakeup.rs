@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use highwater_store::fence;
 use sqlx::{PgPool, Row, postgres::PgListener};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;

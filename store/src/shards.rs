@@ -164,7 +164,9 @@ const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status
      CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip, \
      partition_index, partition_count, barrier_tx, barrier_id";
 
-pub(crate) fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
+/// The shard of a row of the shard columns. Public for the engine's SQL sink, which decodes the
+/// row its cursor move returns (until that move becomes one typed store call, issue 45).
+pub fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,

@@ -171,15 +171,16 @@ impl Roles {
         Script { before_migrate: b, after_migrate: a }
     }
 
-    /// Both parts, with a heading, as `highwater roles --print` prints them.
-    pub fn render(&self) -> String {
+    /// Both parts, with a heading, as `highwater roles --print` prints them; `version` is the
+    /// binary's (`highwater::VERSION`, passed in: the store does not know the git revision).
+    pub fn render(&self, version: &str) -> String {
         let s = self.script();
         format!(
             "-- highwater {} database roles for database {} (docs/security.md, \"Database roles\").\n\
              -- Run part 1, then `highwater migrate` as {}, then part 2.\n\
              -- `highwater events drop-partitions` drops tables: run it as the owner, not the dispatcher.\n\n\
              {}\n{}",
-            crate::VERSION,
+            version,
             ident(&self.database),
             ident(&self.owner),
             s.before_migrate,
@@ -199,7 +200,7 @@ mod tests {
             sql_sink_roles: vec!["projector".into(), "we\"ird".into()],
             ..Roles::default()
         };
-        let out = r.render();
+        let out = r.render("0.0.0 (test)");
         assert!(out.contains("GRANT CONNECT, CREATE ON DATABASE \"shop\" TO \"highwater_owner\";"), "{out}");
         assert!(out.contains("GRANT \"we\"\"ird\" TO \"highwater_dispatcher\";"), "{out}");
         assert!(out.contains("WHERE rolname = 'we\"ird'"), "{out}");

@@ -52,7 +52,8 @@ impl Finding {
 }
 
 /// Whose URL it is: what the role must be allowed to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// `highwater dispatch` (and the CLI's ops commands).

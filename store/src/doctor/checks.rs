@@ -187,7 +187,7 @@ pub async fn wal_level(pool: &PgPool) -> Finding {
 /// Whether session state survives between transactions: not behind a transaction-mode pooler,
 /// where the Shared claim (a session advisory lock) and LISTEN would not hold.
 pub async fn pooler(pool: &PgPool) -> Finding {
-    match crate::store::pooler::check(pool).await {
+    match crate::pooler::check(pool).await {
         Ok(()) => Finding::ok("pooler", "session state survives between transactions (direct, or a session-mode pool)"),
         Err(e) => Finding::from_error("pooler", Level::Error, &e),
     }

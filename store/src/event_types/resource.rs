@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::{Compatibility, TypeSpec, VersionSpec};
 use crate::{
     Error, Result,
-    store::yaml_numbers::{Field, take_bad},
+    yaml_numbers::{Field, take_bad},
 };
 
 impl From<&EventTypeSpec> for TypeSpec {

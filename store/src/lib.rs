@@ -1,0 +1,52 @@
+//! highwater-store: highwater's schema and every statement against it. The only layer that writes
+//! SQL against `highwater.*`; the engine, the CLI and the operator call it (through the
+//! `highwater` crate, which re-exports these modules at its root). A crate of its own so that
+//! Cargo holds the layering: this crate does not depend on `highwater`, so nothing here can name
+//! the engine, the developer tools or the CLI (docs/architecture.md).
+#![forbid(unsafe_code)]
+
+/// The snapshot fence, highwater's core correctness rule in one place: the oldest transaction id
+/// still running in the cluster. Every transaction below it has ended, so an event below it can
+/// never appear behind a cursor later. A macro so that statements stay `&'static str`
+/// (`concat!`); see "Positions and the snapshot fence" in docs/delivery.md. Exported for the
+/// engine's statements that still use it (`highwater_store::fence!`).
+#[macro_export]
+macro_rules! fence {
+    () => {
+        "pg_snapshot_xmin(pg_current_snapshot())"
+    };
+}
+
+pub mod error;
+/// The CLI's terminal tables, used by the store's renderings and the CLI alike.
+pub mod table;
+
+pub mod applied;
+pub mod body;
+pub mod db;
+pub mod definitions;
+pub mod doctor;
+pub mod event_types;
+pub mod events;
+pub mod kubernetes;
+pub mod literal;
+pub mod migrate;
+pub mod notify;
+pub mod ops;
+pub mod partitions;
+pub mod pooler;
+pub mod position;
+pub mod reach;
+pub mod read_ahead;
+pub mod retention;
+pub mod roles;
+pub mod shards;
+mod sink_statement;
+pub mod sleepers;
+mod yaml_numbers;
+
+pub use applied::{Appended, Token, append_position, token};
+pub use body::Body;
+pub use error::{Error, Result};
+pub use events::{Event, NewEvent, append};
+pub use position::{Position, Xid8};
