@@ -5,8 +5,9 @@
 // It only calls highwater's SQL functions (highwater.append, highwater.append_position,
 // highwater.token, highwater.applied) and the dispatcher's HTTP wait endpoint: payload schemas,
 // stream versions and every other check stay in the database, so a Go writer gets exactly the
-// checks every other writer gets. The server's refusals (SQLSTATE HW001…HW012) come back as typed
-// errors: UnknownEventType, InvalidPayload, VersionConflict, UnknownConsumer, or *Error.
+// checks every other writer gets. The server's refusals (SQLSTATE HW001…HW030) come back as typed
+// errors: UnknownEventType, InvalidPayload, VersionConflict, UnknownConsumer, LimitExceeded, or
+// *Error.
 //
 // Nothing is stored unless the caller's transaction commits: no function here begins, commits or
 // rolls back anything.

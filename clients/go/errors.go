@@ -3,7 +3,7 @@ package highwater
 // Typed errors for the SQLSTATEs highwater's SQL functions raise (docs/events.md,
 // migrations/definitions/*.sql): HW001 unknown event type, HW002 invalid payload, HW003 stream
 // version mismatch, HW010 unknown consumer, HW011 token ahead of the database, HW012 bad
-// argument; and for the dispatcher's HTTP refusals.
+// argument, HW030 a value over its size limit; and for the dispatcher's HTTP refusals.
 
 // Error is a refusal by highwater: the server's code, message and hint. The typed errors below
 // wrap one, so errors.As(err, &e) with e of type *Error finds it whatever the kind; any other
@@ -50,6 +50,7 @@ var (
 	ErrUnknownConsumer  = sentinel("HW010", "unknown consumer")
 	ErrTokenAhead       = sentinel("HW011", "token ahead of the database")
 	ErrBadArgument      = sentinel("HW012", "bad argument")
+	ErrLimitExceeded    = sentinel("HW030", "value over its size limit")
 )
 
 // UnknownEventType (HW001): the event type is not registered
@@ -92,6 +93,23 @@ type VersionConflict struct {
 
 func (e *VersionConflict) Error() string { return e.Err.Error() }
 func (e *VersionConflict) Unwrap() error { return e.Err }
+
+// LimitExceeded (HW030): the event type, stream type, stream id or payload is over its size limit
+// (docs/events.md "Limits"; sizes in bytes of UTF-8). Err.Message names the field, its size and
+// the limit, Err.Hint the fix (e.g. a shorter id). Nothing was stored.
+type LimitExceeded struct {
+	// Field is "event type", "stream type", "stream id" or "payload"; "" if the server's message
+	// named none.
+	Field string
+	// Size is the value's size in bytes as the server measured it, -1 if it named none.
+	Size int64
+	// Limit is the limit in bytes (200, 1024, or 67108864 for the payload), -1 if it named none.
+	Limit int64
+	Err   *Error
+}
+
+func (e *LimitExceeded) Error() string { return e.Err.Error() }
+func (e *LimitExceeded) Unwrap() error { return e.Err }
 
 // UnknownConsumer (HW010 over SQL, 404 over HTTP): no consumer of that name.
 type UnknownConsumer struct {

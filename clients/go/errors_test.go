@@ -48,7 +48,7 @@ func TestUnknownEventType(t *testing.T) {
 // other), the *Error, and the driver's *pgconn.PgError underneath.
 func assertChain(t *testing.T, err error, sentinel *highwater.Error, code string) {
 	t.Helper()
-	for _, s := range []*highwater.Error{highwater.ErrUnknownEventType, highwater.ErrInvalidPayload, highwater.ErrVersionConflict, highwater.ErrUnknownConsumer, highwater.ErrTokenAhead, highwater.ErrBadArgument} {
+	for _, s := range []*highwater.Error{highwater.ErrUnknownEventType, highwater.ErrInvalidPayload, highwater.ErrVersionConflict, highwater.ErrUnknownConsumer, highwater.ErrTokenAhead, highwater.ErrBadArgument, highwater.ErrLimitExceeded} {
 		if got := errors.Is(err, s); got != (s == sentinel) {
 			t.Errorf("errors.Is(err, %s sentinel) = %v", s.Code, got)
 		}
@@ -120,6 +120,48 @@ func TestVersionConflict(t *testing.T) {
 			assertChain(t, err, highwater.ErrVersionConflict, "HW003")
 			if n := len(eventsOf(t, id)); n != 1 {
 				t.Errorf("%d events, want 1", n)
+			}
+		})
+	}
+}
+
+func TestStreamIDOverTheLimit(t *testing.T) {
+	ctx := context.Background()
+	for _, a := range adapters(t) {
+		t.Run(a.name, func(t *testing.T) {
+			id := uid("order")
+			over := id + strings.Repeat("y", 1025-len(id))
+			atLimit := id + strings.Repeat("x", 1024-len(id))
+			err := a.transaction(ctx, id, func(tx highwater.Querier) error {
+				_, err := highwater.Append(ctx, tx, highwater.Event{StreamType: "order", StreamID: over, Type: "Pinged", Payload: struct{}{}})
+				return err
+			})
+			var e *highwater.LimitExceeded
+			if !errors.As(err, &e) {
+				t.Fatalf("got %T %v, want *LimitExceeded", err, err)
+			}
+			if e.Field != "stream id" || e.Size != 1025 || e.Limit != 1024 || e.Err.Code != "HW030" {
+				t.Errorf("got %+v %+v", e, e.Err)
+			}
+			want := `stream id "` + over[:40] + `…" of stream type "order" is 1025 bytes long; the limit is 1024 bytes (UTF-8)`
+			if e.Err.Message != want {
+				t.Errorf("message %q, want %q", e.Err.Message, want)
+			}
+			if !strings.Contains(e.Err.Hint, "use a shorter id") {
+				t.Errorf("hint %q", e.Err.Hint)
+			}
+			assertChain(t, err, highwater.ErrLimitExceeded, "HW030")
+			if rows := eventsOf(t, over); len(rows) != 0 || appRow(t, id) != -1 {
+				t.Errorf("something was stored")
+			}
+			if err := a.transaction(ctx, id, func(tx highwater.Querier) error {
+				_, err := highwater.Append(ctx, tx, highwater.Event{StreamType: "order", StreamID: atLimit, Type: "Pinged", Payload: struct{}{}})
+				return err
+			}); err != nil {
+				t.Fatalf("a stream id of 1024 bytes: %v", err)
+			}
+			if n := len(eventsOf(t, atLimit)); n != 1 {
+				t.Errorf("%d events at the limit, want 1", n)
 			}
 		})
 	}

@@ -17,6 +17,11 @@ var (
 	// `stream S/I is at version A, expected E` or `stream S/I already has version V (it is at
 	// version A)`.
 	actualVersion = regexp.MustCompile(`is at version (\d+)(?:, expected \d+|\))$`)
+	// `stream id "I…" of stream type "S" is 1025 bytes long; the limit is 1024 bytes (UTF-8)`,
+	// `payload of event type "T" is N bytes (as jsonb); the limit is 67108864 bytes (64 MiB)`: the
+	// field leads, the sizes end it (read from the end: the quoted value may hold anything).
+	limitField = regexp.MustCompile(`^(event type|stream type|stream id|payload) `)
+	limitSizes = regexp.MustCompile(`is (\d+) bytes(?: long| \(as jsonb\)); the limit is (\d+) bytes(?: \([^()]*\))?$`)
 )
 
 // mapError turns a highwater refusal (an HW SQLSTATE) into its typed error and returns any other
@@ -54,6 +59,16 @@ func mapError(err error, ev *Event, consumer string) error {
 		}
 		if m := actualVersion.FindStringSubmatch(pg.Message); m != nil {
 			e.ActualVersion, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		return e
+	case "HW030":
+		e := &LimitExceeded{Size: -1, Limit: -1, Err: base}
+		if m := limitField.FindStringSubmatch(pg.Message); m != nil {
+			e.Field = m[1]
+		}
+		if m := limitSizes.FindStringSubmatch(pg.Message); m != nil {
+			e.Size, _ = strconv.ParseInt(m[1], 10, 64)
+			e.Limit, _ = strconv.ParseInt(m[2], 10, 64)
 		}
 		return e
 	case "HW010":

@@ -15,6 +15,7 @@ from harness import uid
 from highwater_client import (
     HighwaterError,
     InvalidPayload,
+    LimitExceeded,
     NewEvent,
     UnknownEventType,
     VersionConflict,
@@ -111,3 +112,24 @@ def test_an_expected_version_mismatch_is_a_version_conflict(adapter: Adapter, en
     assert (e.code, e.stream_type, e.stream_id, e.expected_version, e.actual_version) == ("HW003", "order", oid, 0, 1)
     assert e.message == f"stream order/{oid} is at version 1, expected 0"
     assert len(events_of(check, oid)) == 1
+
+
+def test_a_stream_id_over_1024_bytes_is_limit_exceeded(adapter: Adapter, engine: Engine, check: Any) -> None:
+    oid = uid("order")
+    over, at_limit = oid.ljust(1025, "y"), oid.ljust(1024, "x")
+    with pytest.raises(LimitExceeded) as err:
+        with adapter(engine, oid) as tx:
+            append(tx, NewEvent("order", over, "Pinged", {}))
+    e = err.value
+    assert isinstance(e, HighwaterError)
+    assert (e.code, e.field, e.size, e.limit) == ("HW030", "stream id", 1025, 1024)
+    assert e.message == (
+        f'stream id "{over[:40]}…" of stream type "order" is 1025 bytes long; the limit is 1024 bytes (UTF-8)'
+    )
+    assert "use a shorter id" in (e.hint or "")
+    assert e.__cause__ is not None, "keeps the driver's error as the cause"
+    assert events_of(check, over) == []
+    assert app_row(check, oid) is None, "the error rolled the application's write back too"
+    with adapter(engine, oid) as tx:
+        append(tx, NewEvent("order", at_limit, "Pinged", {}))
+    assert len(events_of(check, at_limit)) == 1

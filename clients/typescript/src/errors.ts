@@ -1,6 +1,7 @@
 // Typed errors for the SQLSTATEs the highwater SQL functions raise (migrations/*.sql,
 // docs/events.md): HW001 unknown event type, HW002 invalid payload, HW003 expected version
-// mismatch, HW010 unknown consumer, HW011 token ahead of the database, HW012 bad argument.
+// mismatch, HW010 unknown consumer, HW011 token ahead of the database, HW012 bad argument,
+// HW030 a value over its size limit.
 import { MARKER } from './executor.js';
 
 export interface HighwaterErrorOptions {
@@ -64,6 +65,24 @@ export class VersionConflict extends HighwaterError {
     readonly expectedVersion: number,
     /** The stream's version as the server reported it, when it did. */
     readonly actualVersion: number | undefined,
+    message: string,
+    options: HighwaterErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** HW030: the event type, stream type, stream id or payload is over its size limit (docs/events.md
+ * "Limits"; sizes in bytes of UTF-8). The message names the field, its size and the limit, the
+ * hint the fix (e.g. a shorter id). Nothing was stored. */
+export class LimitExceeded extends HighwaterError {
+  constructor(
+    /** Which value: `'event type'`, `'stream type'`, `'stream id'` or `'payload'`. */
+    readonly field: string | undefined,
+    /** Its size in bytes, as the server measured it. */
+    readonly size: number | undefined,
+    /** The limit in bytes (200, 1024, or 67108864 for the payload). */
+    readonly limit: number | undefined,
     message: string,
     options: HighwaterErrorOptions,
   ) {
@@ -156,6 +175,14 @@ export function mapError(err: unknown, ctx?: AppendContext, consumer?: string): 
         message,
         options,
       );
+    }
+    case 'HW030': {
+      // "stream id "I…" of stream type "S" is 1025 bytes long; the limit is 1024 bytes (UTF-8)",
+      // "payload of event type "T" is N bytes (as jsonb); the limit is 67108864 bytes (64 MiB)":
+      // the field leads, the sizes end it (read from the end: the quoted value may hold anything).
+      const field = /^(event type|stream type|stream id|payload) /.exec(message)?.[1];
+      const m = /is (\d+) bytes(?: long| \(as jsonb\)); the limit is (\d+) bytes(?: \([^()]*\))?$/.exec(message);
+      return new LimitExceeded(field, m ? Number(m[1]) : undefined, m ? Number(m[2]) : undefined, message, options);
     }
     case 'HW010':
       return new UnknownConsumer(consumer ?? /"(.*)"/.exec(message)?.[1] ?? '', message, options);

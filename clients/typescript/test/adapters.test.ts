@@ -6,6 +6,7 @@ import {
   type Executor,
   HighwaterError,
   InvalidPayload,
+  LimitExceeded,
   UnknownEventType,
   VersionConflict,
   append,
@@ -346,6 +347,36 @@ for (const adapter of adapters) {
         },
       );
       assert.equal((await eventsOf(id)).length, 1);
+    });
+
+    test('a stream id over 1024 bytes raises LimitExceeded; 1024 bytes is appended', async () => {
+      const id = uid('order');
+      const atLimit = id.padEnd(1024, 'x');
+      const over = id.padEnd(1025, 'y');
+      await assert.rejects(
+        adapter.transaction(id, (tx) => append(tx, { streamType: 'order', streamId: over, type: 'Pinged', payload: {} })),
+        (e) => {
+          assert.ok(e instanceof LimitExceeded, `got ${String(e)}`);
+          assert.ok(e instanceof HighwaterError);
+          assert.equal(e.code, 'HW030');
+          assert.equal(e.field, 'stream id');
+          assert.equal(e.size, 1025);
+          assert.equal(e.limit, 1024);
+          assert.equal(
+            e.message,
+            `stream id "${over.slice(0, 40)}…" of stream type "order" is 1025 bytes long; the limit is 1024 bytes (UTF-8)`,
+          );
+          assert.match(e.hint ?? '', /use a shorter id/);
+          assert.ok(e.cause, 'keeps the driver error as cause');
+          return true;
+        },
+      );
+      assert.deepEqual(await eventsOf(over), []);
+      assert.equal(await appRow(id), undefined, 'the refusal rolled the application write back too');
+      await adapter.transaction(id, (tx) =>
+        append(tx, { streamType: 'order', streamId: atLimit, type: 'Pinged', payload: {} }),
+      );
+      assert.equal((await eventsOf(atLimit)).length, 1);
     });
   });
 }

@@ -4,6 +4,7 @@ and read your own writes. The asyncio forms are in ``highwater_client.aio``."""
 from .errors import (
     HighwaterError,
     InvalidPayload,
+    LimitExceeded,
     UnknownConsumer,
     UnknownEventType,
     VersionConflict,
@@ -16,6 +17,7 @@ __all__ = [
     "Appended",
     "HighwaterError",
     "InvalidPayload",
+    "LimitExceeded",
     "NewEvent",
     "Token",
     "UnknownConsumer",

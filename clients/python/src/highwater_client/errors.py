@@ -1,6 +1,7 @@
 """Typed errors for the SQLSTATEs the highwater SQL functions raise (migrations/definitions/*.sql,
 docs/events.md): HW001 unknown event type, HW002 invalid payload, HW003 expected version
-mismatch, HW010 unknown consumer, HW011 token ahead of the database, HW012 bad argument.
+mismatch, HW010 unknown consumer, HW011 token ahead of the database, HW012 bad argument, HW030 a
+value over its size limit.
 
 Mapped exactly as the TypeScript client (clients/typescript/src/errors.ts) maps them, so both
 clients parse the server's messages the same way.
@@ -90,6 +91,29 @@ class VersionConflict(HighwaterError):
         self.actual_version = actual_version
 
 
+class LimitExceeded(HighwaterError):
+    """HW030: the event type, stream type, stream id or payload is over its size limit
+    (docs/events.md "Limits"; sizes in bytes of UTF-8). The message names the field, its size and
+    the limit, ``hint`` the fix (e.g. a shorter id). Nothing was stored.
+
+    ``field`` is ``"event type"``, ``"stream type"``, ``"stream id"`` or ``"payload"``; ``size``
+    and ``limit`` are bytes (200, 1024, or 67108864 for the payload). None if the server's message
+    did not name them."""
+
+    def __init__(
+        self,
+        field: str | None,
+        size: int | None,
+        limit: int | None,
+        message: str,
+        **kw: Unpack[Details],
+    ) -> None:
+        super().__init__(message, **kw)
+        self.field = field
+        self.size = size
+        self.limit = limit
+
+
 class UnknownConsumer(HighwaterError):
     """HW010 (SQL) or 404 (HTTP): no consumer of that name."""
 
@@ -143,6 +167,11 @@ _QUOTED = re.compile(r'"(.*)"')
 _SCHEMA = re.compile(r"fails its JSON Schema: (\$.*?): (.*)$", re.S)
 # "stream S/I is at version A, expected E" or "stream S/I already has version V (it is at version A)"
 _VERSION = re.compile(r"is at version (\d+)(?:, expected \d+|\))$")
+# "stream id "I…" of stream type "S" is 1025 bytes long; the limit is 1024 bytes (UTF-8)",
+# "payload of event type "T" is N bytes (as jsonb); the limit is 67108864 bytes (64 MiB)": the
+# field leads, the sizes end it (read from the end: the quoted value may hold anything).
+_LIMIT_FIELD = re.compile(r"^(event type|stream type|stream id|payload) ")
+_LIMIT_SIZES = re.compile(r"is (\d+) bytes(?: long| \(as jsonb\)); the limit is (\d+) bytes(?: \([^()]*\))?$")
 
 
 def map_error(
@@ -168,6 +197,16 @@ def map_error(
             ctx.stream_id if ctx else "",
             ctx.expected_version if ctx else None,
             int(m.group(1)) if m else None,
+            msg,
+            **kw,
+        )
+    if d.code == "HW030":
+        field = _LIMIT_FIELD.search(msg)
+        sizes = _LIMIT_SIZES.search(msg)
+        return LimitExceeded(
+            field.group(1) if field else None,
+            int(sizes.group(1)) if sizes else None,
+            int(sizes.group(2)) if sizes else None,
             msg,
             **kw,
         )
