@@ -14,7 +14,6 @@
 #![forbid(unsafe_code)]
 
 mod devtools;
-mod engine;
 /// The CLI's terminal tables (in the store crate, whose renderings use them too).
 use highwater_store::table;
 
@@ -30,9 +29,11 @@ pub const VERSION: &str = env!("HIGHWATER_VERSION");
 pub use applied::{Appended, Token, append_position, token};
 pub use body::Body;
 pub use devtools::{embedded, pgbouncer, quickstart};
-pub use engine::{discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, wait, wait_http};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
+pub use highwater_engine::{
+    discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, wait, wait_http,
+};
 pub use highwater_store::{
     applied, body, db, definitions, doctor, error, event_types, events, kubernetes, literal, migrate, notify, ops,
     partitions, pooler, position, read_ahead, retention, roles, shards, sleepers,

@@ -15,7 +15,7 @@ use highwater::{NewEvent, append};
 use serde_json::{Value, json};
 
 const DOC: &str = include_str!("../../docs/openapi.json");
-const ROUTER: &str = include_str!("../src/engine/http.rs");
+const ROUTER: &str = include_str!("../../engine/src/http.rs");
 const TOKEN: &str = "openapi-t0ken";
 const OPS_TOKEN: &str = "openapi-ops-t0ken";
 

@@ -14,7 +14,7 @@
 -- A user's code could still raise `ZH001` on purpose, so the dispatcher also checks where it
 -- came from: a refusal is this statement's error, before the move's row; the only user code
 -- whose error leaves the sink's query runs later, at the implicit COMMIT (deferred triggers),
--- after the move's row was sent (dispatcher/src/engine/sink/sql.rs).
+-- after the move's row was sent (engine/src/sink/sql.rs).
 CREATE OR REPLACE FUNCTION highwater.sql_sink_refused() RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$

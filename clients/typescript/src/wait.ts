@@ -117,7 +117,7 @@ interface Batch {
 }
 
 /** A pool's waits, sharing one LISTEN client and one check per wake-up (like the dispatcher's
- * wait hub, dispatcher/src/engine/wait.rs). */
+ * wait hub, engine/src/wait.rs). */
 class WaitHub {
   private readonly keys = new Map<string, Key>();
   /** Per consumer: bumped by each notification, and for all on every (re)connect. */

@@ -1,5 +1,5 @@
 """Read-your-writes through the dispatcher: ``GET {base_url}/v1/consumers/{consumer}/applied
-?after=TOKEN&timeout=...ms[&instance=...]`` with a bearer token (dispatcher/src/engine/wait_http.rs).
+?after=TOKEN&timeout=...ms[&instance=...]`` with a bearer token (engine/src/wait_http.rs).
 
 One long-poll request, answered by the dispatcher's own deadline, so the standard library's
 urllib is all it takes: there is nothing to retry (a retried wait would only wait longer).
