@@ -96,8 +96,15 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
         assert!(figure("10 scale-out", &subject, "SQL projection events/s") > 0.0, "{shape}");
     }
     // Tiny: 600 events over 20 types, one consumer of all and 20 of one each: the same deliveries;
-    // then the skewed mix (one type with 90% of the events).
-    for subject in ["1 consumer", "20 consumers", "1 consumer, skewed", "20 consumers, skewed"] {
+    // then the skewed mix (one type with 90% of the events), then 500 events a transaction.
+    for subject in [
+        "1 consumer",
+        "20 consumers",
+        "1 consumer, skewed",
+        "20 consumers, skewed",
+        "1 consumer, 500 events/tx",
+        "20 consumers, 500 events/tx",
+    ] {
         assert!(figure("12 consumers", subject, "drain s") > 0.0, "{subject}");
         assert!(figure("12 consumers", subject, "server CPU µs/delivery") > 0.0, "{subject}");
         assert!(figure("12 consumers", subject, "dispatcher CPU µs/delivery") > 0.0, "{subject}");

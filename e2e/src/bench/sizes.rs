@@ -46,6 +46,10 @@ pub struct Sizes {
     /// The counts run again over the skewed mix: one hot type with 90% of the events, the others
     /// sharing the rest.
     pub consumers_skewed_counts: Vec<usize>,
+    /// The uniform mix again with these numbers of events a transaction (the runs above append
+    /// one a transaction), for the counts `consumers_tx_counts`.
+    pub consumers_tx_sizes: Vec<i64>,
+    pub consumers_tx_counts: Vec<usize>,
     /// The steady run: these numbers of consumers (each at most the number of types), writers
     /// appending `consumers_steady_rate` events/s for `consumers_steady_duration`.
     pub consumers_steady_counts: Vec<usize>,
@@ -82,6 +86,8 @@ impl Sizes {
             consumers_types: 200,
             consumers_counts: vec![1, 10, 100, 200, 1000],
             consumers_skewed_counts: vec![1, 200, 1000],
+            consumers_tx_sizes: vec![3, 500],
+            consumers_tx_counts: vec![1, 200],
             consumers_steady_counts: vec![1, 200],
             consumers_steady_rate: 2000,
             consumers_steady_duration: Duration::from_secs(20),
@@ -116,6 +122,8 @@ impl Sizes {
             consumers_types: 20,
             consumers_counts: vec![1, 20],
             consumers_skewed_counts: vec![1, 20],
+            consumers_tx_sizes: vec![500],
+            consumers_tx_counts: vec![1, 20],
             consumers_steady_counts: vec![1, 20],
             consumers_steady_rate: 200,
             consumers_steady_duration: Duration::from_secs(2),
