@@ -14,11 +14,12 @@
 #![forbid(unsafe_code)]
 
 mod devtools;
-/// The CLI's terminal tables (in the store crate, whose renderings use them too).
-use highwater_store::table;
+/// The CLI's terminal tables.
+use render::table;
 
 pub mod cli;
 pub mod logging;
+pub mod render;
 pub mod shutdown;
 
 /// "<crate version> (<git revision>)", as `highwater --version` and `highwater-operator

@@ -232,7 +232,7 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
             let rows = highwater::ops::status(&db.pool, Some("proj")).await.unwrap();
             assert_eq!(rows.len(), 4, "still the old split: {rows:?}");
             assert!(rows.iter().all(|r| r.barrier_event_id.is_some()), "{rows:?}");
-            let table = highwater::ops::render_table(&rows);
+            let table = highwater::render::render_table(&rows);
             assert!(table.contains("__shared__/p0of4: partitions changing to 7: delivers up to event"), "{table}");
             assert!(table.contains("(at the barrier)"), "the other partitions wait at the barrier: {table}");
             highwater::ops::enable(&db.pool, "proj", Some("__shared__/p0of4")).await.unwrap();
@@ -383,7 +383,7 @@ async fn status_and_read_your_writes_count_each_partitions_own_events() {
     assert_eq!(ids, ["__shared__/p0of4", "__shared__/p1of4", "__shared__/p2of4", "__shared__/p3of4"]);
     assert_eq!(rows.iter().map(|r| r.lag_events).sum::<i64>(), total, "{rows:?}");
     assert!(rows.iter().all(|r| r.lag_events > 0), "12 streams reach every partition: {rows:?}");
-    let table = highwater::ops::render_table(&rows);
+    let table = highwater::render::render_table(&rows);
     assert!(table.contains("__shared__/p3of4"), "{table}");
     assert!(!highwater::applied::applied(&db.pool, "proj", token, None).await.unwrap(), "nothing delivered yet");
 

@@ -18,8 +18,6 @@ macro_rules! fence {
 }
 
 pub mod error;
-/// The CLI's terminal tables, used by the store's renderings and the CLI alike.
-pub mod table;
 
 pub mod applied;
 pub mod body;

@@ -247,8 +247,8 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             }
         }
         ConsumerCmd::Top { interval, iterations } => {
-            let opts = ops::top::TopOptions { interval, iterations };
-            ops::top::run(pool, opts, crate::shutdown::shutdown_signal()).await?;
+            let opts = super::top::TopOptions { interval, iterations };
+            super::top::run(pool, opts, crate::shutdown::shutdown_signal()).await?;
         }
         ConsumerCmd::List { output } => print_status(&ops::status(pool, None).await?, output)?,
         ConsumerCmd::Status { name, output } => {
@@ -272,7 +272,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::DeadLetters { name, output } => {
             let rows = ops::dead_letters(pool, name.as_deref()).await?;
             match output {
-                Output::Table => print!("{}", ops::render_dead_letters(&rows)),
+                Output::Table => print!("{}", crate::render::render_dead_letters(&rows)),
                 Output::Json => println!("{}", to_json(&rows)?),
             }
         }
@@ -372,7 +372,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
 
 fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
     match output {
-        Output::Table => print!("{}", ops::render_table(rows)),
+        Output::Table => print!("{}", crate::render::render_table(rows)),
         Output::Json => println!("{}", to_json(rows)?),
     }
     Ok(())

@@ -11,6 +11,7 @@ mod events;
 mod floors;
 mod migrate;
 mod roles;
+mod top;
 
 pub use consumer::{ConsumerCmd, REDRIVE_CONFIRM_ABOVE};
 pub use events::EventsCmd;

@@ -130,7 +130,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
             started.elapsed().as_secs_f64(),
             if writer_done { "done" } else { "appending" }
         );
-        print!("{}", ops::render_table(&rows));
+        print!("{}", crate::render::render_table(&rows));
         println!();
         if writer_done && rows.iter().all(|r| r.lag_events == 0) {
             break Ok(());

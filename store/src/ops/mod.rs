@@ -9,13 +9,12 @@ pub mod replay;
 mod rewind;
 mod scope;
 mod status;
-pub mod top;
 mod transitions;
 
-pub use dead_letters::{DeadLetter, dead_letters, render_dead_letters};
+pub use dead_letters::{DeadLetter, dead_letters};
 pub use fence::{FenceHolder, holder as fence_holder};
 pub use gc::{Collected, GcOptions, GcReport, MIN_STALE_AFTER, gc};
 pub use rebuild::{Bootstrapped, Rebuilt, bootstrap, mark_bootstrap_pending, rebuild};
 pub use rewind::{RewindTo, Skipped, describe_skips, rewind, rewind_skipping, rewind_skips};
-pub use status::{Filter, RebuildProgress, ShardStatus, render_table, status, status_where};
+pub use status::{Filter, RebuildProgress, ShardStatus, status, status_where};
 pub use transitions::{Action, Transition, disable, enable, restart, skip};

@@ -4,8 +4,10 @@ use std::{collections::HashMap, io::IsTerminal, time::Duration};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{ShardStatus, status};
-use crate::Result;
+use highwater_store::{
+    Result,
+    ops::{ShardStatus, status},
+};
 
 pub struct TopOptions {
     pub interval: Duration,
@@ -38,7 +40,7 @@ pub async fn run(pool: &PgPool, opts: TopOptions, stop: CancellationToken) -> Re
 pub fn render(rows: &[ShardStatus], previous: &HashMap<(String, String), i64>, interval: Duration) -> String {
     let now = chrono::Utc::now().format("%H:%M:%S");
     let mut out = format!("highwater top — {now} — {} shards (Ctrl-C to quit)\n\n", rows.len());
-    use crate::table::{Align::*, render};
+    use crate::render::table::{Align::*, render};
     let columns = [
         ("CONSUMER", Left),
         ("INSTANCE", Left),
