@@ -43,6 +43,7 @@ chmod +x "$scratch/bin/cargo"
 stub "$scratch/cargo-fmt" cargo-fmt '' ''
 stub "$scratch/cargo-clippy" cargo-clippy '' ''
 stub "$scratch/cargo-test" cargo-test 'test result: ok. 5 passed; 0 failed; 0 ignored\n' 'test result: FAILED. 4 passed; 1 failed; 0 ignored\n'
+stub "$tree/.ci/run-stages.test.sh" stages '' ''
 stub "$tree/e2e/control-plane/build.sh" control-plane '' ''
 stub "$tree/e2e/bench/peers/build.sh" bench-peers '' ''
 stub "$tree/e2e/upgrade/build-release.sh" release '' ''
@@ -67,7 +68,7 @@ run() {
     rc=0
     (cd "$tree" && PATH="$scratch/bin:$PATH" FAIL="$1" bash .ci/run) >"$scratch/out" 2>&1 || rc=$?
 }
-all_calls="cargo-fmt cargo-clippy control-plane bench-peers release--oldest release--operator check majors cargo-test typescript nestjs schemathesis python go"
+all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers release--oldest release--operator check majors cargo-test typescript nestjs schemathesis python go"
 calls() { awk '{ printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
 
 run ""
@@ -82,7 +83,7 @@ check "five fail: exit 1" test "$rc" = 1
 check "five fail: every other stage ran; earlier releases stopped at its first failing command" \
     test "$(calls)" = "${all_calls/ release--operator/}"
 check "five fail: the failed stages, in order, before the closing line" test "$(tail -2 "$scratch/out" | head -1)" = \
-    "failed stages (5 of 13): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
+    "failed stages (5 of 14): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
 check "five fail: the closing line counts the failed tests" \
     test "$(tail -1 "$scratch/out")" = "tests: 16 passed, 3 failed"
 
