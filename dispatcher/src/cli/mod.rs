@@ -10,6 +10,9 @@ mod event_types_cli;
 mod events;
 mod floors;
 mod migrate;
+mod operation;
+mod redrive;
+mod replay;
 mod roles;
 
 pub use consumer::{ConsumerCmd, REDRIVE_CONFIRM_ABOVE};
