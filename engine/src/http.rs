@@ -16,13 +16,14 @@ use axum::{
     Router,
     extract::State,
     http::{StatusCode, header},
+    middleware,
     response::IntoResponse,
     routing::{get, post},
 };
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::{discard_http, metrics::Metrics, redrive_http, sse, wait_http};
+use crate::{discard_http, metrics::Metrics, ops_http, redrive_http, sse, wait_http};
 use highwater_store::{Error, Result};
 
 #[derive(Clone)]
@@ -70,6 +71,8 @@ pub async fn serve(
                 .route("/v1/consumers/{name}/redrive", post(redrive_http::redrive_handler))
                 .route("/v1/consumers/{name}/replay", post(redrive_http::replay_handler))
                 .route("/v1/consumers/{name}/discard", post(discard_http::discard_handler))
+                // The token before anything of the request is read (routes that match only).
+                .route_layer(middleware::from_fn_with_state(ops.tokens.clone(), ops_http::require_ops_token))
                 .with_state(ops),
         )
         // A path no route matches: plain text, as every other refusal of this server.

@@ -1,86 +1,73 @@
-//! What every ops endpoint (redrive, replay, discard) does the same way: the ops bearer token,
-//! the JSON body, texts PostgreSQL cannot store, and the answer — within a deadline (a database
-//! that does not answer is a 503, not a request hanging on the pool's connection attempts),
-//! refusals mapped to 404 (unknown consumer) and 409 (anything else refused).
+//! What every ops endpoint (redrive, replay, discard) does the same way: the ops bearer token as
+//! a layer in front of them ([`require_ops_token`]), the JSON body, texts PostgreSQL cannot
+//! store, and the answer within a deadline (a database that does not answer is a 503, not a
+//! request hanging on the pool's connection attempts). The operation itself and its errors'
+//! statuses are `highwater_ops`'s (`IntoResponse` by variant: 404 unknown consumer, 409 refused,
+//! 400 invalid, 503 the database).
 use std::future::Future;
 
 use axum::{
     Json,
-    http::{HeaderMap, StatusCode, header},
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::Next,
     response::{IntoResponse, Response},
 };
+use highwater_ops::{Error, Ran, Result};
 use serde::{Serialize, de::DeserializeOwned};
-use serde_json::json;
 
-use crate::redrive_http::OpsState;
-use highwater_store::{Error, Result};
-
-/// A step's value, or the answer that refuses the request (boxed: a `Response` is large).
-pub type Refusable<T> = std::result::Result<T, Box<Response>>;
+use crate::sse::Tokens;
 
 /// How long a request may take before it is a 503.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-pub fn refusal(status: StatusCode, e: &Error) -> Response {
-    (status, Json(json!({"error": e.to_string()}))).into_response()
-}
+/// Who asks, as the audit records it: `http:ops-token-N` for the Nth ops token.
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
 
-fn bad_request(e: Error) -> Response {
-    refusal(StatusCode::BAD_REQUEST, &e)
-}
-
-/// Who asks: `http:ops-token-N` for the Nth ops token, or the 401 to answer.
-pub fn caller(st: &OpsState, headers: &HeaderMap) -> Refusable<String> {
-    match st.tokens.which(headers) {
-        Some(which) => Ok(format!("http:ops-token-{}", which + 1)),
-        None => {
-            let unauthorized =
-                (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or unknown bearer token\n");
-            Err(Box::new(unauthorized.into_response()))
+/// The layer of the ops routes: a known ops token, or the 401 before anything else is read.
+pub async fn require_ops_token(State(tokens): State<Tokens>, mut request: Request, next: Next) -> Response {
+    match tokens.which(request.headers()) {
+        Some(which) => {
+            request.extensions_mut().insert(Caller(format!("http:ops-token-{}", which + 1)));
+            next.run(request).await
         }
+        None => (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or unknown bearer token\n")
+            .into_response(),
     }
 }
 
 /// The body as `T`, or the 400 naming `what` was expected and an `example` of it.
-pub fn body<T: DeserializeOwned>(bytes: &[u8], what: &str, example: &str) -> Refusable<T> {
+pub fn body<T: DeserializeOwned>(bytes: &[u8], what: &str, example: &str) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| {
-        Box::new(bad_request(
-            Error::config(format!("the request body is not {what}: {e}"))
-                .with_fix(format!("send JSON such as {example}")),
-        ))
+        Error::invalid(format!("the request body is not {what}: {e}"), format!("send JSON such as {example}"))
     })
 }
 
 /// The 400 for a NUL character in any of `texts` (PostgreSQL text cannot hold one).
-pub fn no_nul<'a>(texts: impl IntoIterator<Item = Option<&'a String>>) -> Refusable<()> {
+pub fn no_nul<'a>(texts: impl IntoIterator<Item = Option<&'a String>>) -> Result<()> {
     if texts.into_iter().flatten().any(|t| t.contains('\0')) {
-        return Err(Box::new(bad_request(
-            Error::config("a name or a text of the request contains a NUL character")
-                .with_fix("PostgreSQL text cannot hold NUL; remove it"),
-        )));
+        return Err(Error::invalid(
+            "a name or a text of the request contains a NUL character",
+            "PostgreSQL text cannot hold NUL; remove it",
+        ));
     }
     Ok(())
 }
 
-/// A 400 with `problem` and `fix`.
-pub fn invalid(problem: impl Into<String>, fix: impl Into<String>) -> Response {
-    bad_request(Error::config(problem).with_fix(fix))
-}
-
-/// The answer of an operation: its status and JSON, or the refusal's status.
-pub async fn answer<T: Serialize>(operation: impl Future<Output = Result<(StatusCode, T)>>) -> Response {
-    let Ok(answer) = tokio::time::timeout(ANSWER_WITHIN, operation).await else {
-        let e =
-            Error::config(format!("the database did not answer within {}", humantime::format_duration(ANSWER_WITHIN)))
-                .with_fix("GET /readyz says whether this dispatcher reaches its database");
-        return refusal(StatusCode::SERVICE_UNAVAILABLE, &e);
+/// The answer of an operation's run: 200 with a dry run's preview, `executed` with the outcome.
+pub async fn answer<P: Serialize, O: Serialize>(
+    executed: StatusCode,
+    run: impl Future<Output = Result<Ran<P, O>>>,
+) -> Result<Response> {
+    let Ok(ran) = tokio::time::timeout(ANSWER_WITHIN, run).await else {
+        return Err(Error::Unavailable {
+            problem: format!("the database did not answer within {}", humantime::format_duration(ANSWER_WITHIN)),
+            fix: Some("GET /readyz says whether this dispatcher reaches its database".into()),
+        });
     };
-    match answer {
-        Ok((status, value)) => (status, Json(value)).into_response(),
-        Err(e @ Error::Refused(_)) if e.to_string().starts_with("no consumer named") => {
-            refusal(StatusCode::NOT_FOUND, &e)
-        }
-        Err(e @ Error::Refused(_)) => refusal(StatusCode::CONFLICT, &e),
-        Err(e) => refusal(StatusCode::SERVICE_UNAVAILABLE, &e),
-    }
+    Ok(match ran? {
+        Ran::Previewed(p) => (StatusCode::OK, Json(p)).into_response(),
+        Ran::Executed(o) => (executed, Json(o)).into_response(),
+    })
 }

@@ -6,30 +6,35 @@
 //! CLI's flags do; the answer is the plan: 202 when requested (a dispatcher delivers them), 200
 //! for a dry run; 400 bad input, 401 no token, 404 unknown consumer, 409 a selection that does not
 //! apply (not a dead letter, pruned, pending already, nothing matches, more than 100 without
-//! `yes`), 503 database down.
+//! `yes`), 503 database down. The flow is `highwater_ops::run`'s, as for the CLI.
 use axum::{
+    Extension,
     body::Bytes,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::StatusCode,
     response::Response,
 };
 use chrono::{DateTime, Utc};
+use highwater_ops::{Audit, Confirm, Error, Redrive, Replay, Result, redrive_rows::Selection, run};
 use serde::Deserialize;
 use sqlx::PgPool;
 
-use crate::{ops_http, sse::Tokens};
-use highwater_store::{
-    Error,
-    ops::{
-        redrive::{self, CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE},
-        replay,
-    },
+use crate::{
+    ops_http::{self, Caller},
+    sse::Tokens,
 };
 
 #[derive(Clone)]
 pub struct OpsState {
     pub tokens: Tokens,
     pub pool: PgPool,
+}
+
+/// A request over `"yes": true`'s threshold without it.
+const CONFIRM: Confirm<'static> = Confirm::Refuse { fix: "check them with \"dryRun\": true, then send \"yes\": true" };
+
+fn confirm(yes: bool) -> Confirm<'static> {
+    if yes { Confirm::Given } else { CONFIRM }
 }
 
 #[derive(Deserialize, Default)]
@@ -55,36 +60,27 @@ struct Body {
 pub async fn redrive_handler(
     State(st): State<OpsState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
+    Extension(Caller(by)): Extension<Caller>,
     body: Bytes,
-) -> Response {
-    let by = match ops_http::caller(&st, &headers) {
-        Ok(by) => by,
-        Err(r) => return *r,
-    };
+) -> Result<Response> {
     let example = r#"{"event": 4711, "reason": "fixed"} or {"all": true}"#;
-    let b: Body = match ops_http::body(&body, "a redrive selection", example) {
-        Ok(b) => b,
-        Err(r) => return *r,
-    };
+    let b: Body = ops_http::body(&body, "a redrive selection", example)?;
     let texts = [Some(&name), b.event_type.as_ref(), b.error_contains.as_ref(), b.instance.as_ref(), b.reason.as_ref()];
-    if let Err(r) = ops_http::no_nul(texts) {
-        return *r;
-    }
+    ops_http::no_nul(texts)?;
     let none = !b.all && b.event.is_none() && b.event_type.is_none() && b.error_contains.is_none();
     if none && b.since.is_none() && b.until.is_none() {
-        return ops_http::invalid(
+        return Err(Error::invalid(
             "a redrive needs a selection of dead letters",
             "name them: event, type, errorContains, since/until, or all: true",
-        );
+        ));
     }
     if let Some(r) = b.rate.filter(|r| !(r.is_finite() && *r > 0.0)) {
-        return ops_http::invalid(
+        return Err(Error::invalid(
             format!("rate {r} is not a positive number of deliveries per second"),
             "e.g. \"rate\": 10",
-        );
+        ));
     }
-    let selection = redrive::Selection {
+    let selection = Selection {
         consumer: name,
         instance: b.instance,
         event: b.event,
@@ -94,24 +90,9 @@ pub async fn redrive_handler(
         until: b.until,
         all: b.all,
     };
-    let mut request = redrive::Request { selection, by, reason: b.reason, rate: b.rate, dry_run: true };
-    let answer = async {
-        let preview = redrive::redrive(&st.pool, &request).await?;
-        if b.dry_run {
-            return Ok((StatusCode::OK, preview));
-        }
-        if preview.selected.len() > REDRIVE_CONFIRM_ABOVE && !b.yes {
-            return Err(Error::refused(format!(
-                "redrive {} dead letters of consumer {}: more than {REDRIVE_CONFIRM_ABOVE} need a confirmation",
-                preview.selected.len(),
-                preview.consumer
-            ))
-            .with_fix("check them with \"dryRun\": true, then send \"yes\": true"));
-        }
-        request.dry_run = false;
-        Ok((StatusCode::ACCEPTED, redrive::redrive(&st.pool, &request).await?))
-    };
-    ops_http::answer(answer).await
+    let op = Redrive { selection, rate: b.rate };
+    let audit = Audit { by, reason: b.reason };
+    ops_http::answer(StatusCode::ACCEPTED, run(&op, &st.pool, &audit, b.dry_run, confirm(b.yes))).await
 }
 
 #[derive(Deserialize, Default)]
@@ -129,43 +110,17 @@ struct ReplayBody {
 pub async fn replay_handler(
     State(st): State<OpsState>,
     Path(name): Path<String>,
-    headers: HeaderMap,
+    Extension(Caller(by)): Extension<Caller>,
     body: Bytes,
-) -> Response {
-    let by = match ops_http::caller(&st, &headers) {
-        Ok(by) => by,
-        Err(r) => return *r,
-    };
+) -> Result<Response> {
     let example = r#"{"stream": "order/o-17", "reason": "row rebuilt"}"#;
-    let b: ReplayBody = match ops_http::body(&body, "a replay request", example) {
-        Ok(b) => b,
-        Err(r) => return *r,
-    };
-    if let Err(r) = ops_http::no_nul([Some(&name), Some(&b.stream), b.reason.as_ref()]) {
-        return *r;
-    }
-    if let Err(e) = replay::parse_stream(&b.stream) {
+    let b: ReplayBody = ops_http::body(&body, "a replay request", example)?;
+    ops_http::no_nul([Some(&name), Some(&b.stream), b.reason.as_ref()])?;
+    if let Err(e) = highwater_ops::replay_rows::parse_stream(&b.stream) {
         let problem = e.to_string().replace("--stream", "stream").lines().next().unwrap_or_default().to_owned();
-        return ops_http::invalid(problem, "e.g. \"stream\": \"order/o-17\"");
+        return Err(Error::invalid(problem, "e.g. \"stream\": \"order/o-17\""));
     }
-    let mut request =
-        replay::Request { consumer: name, stream: b.stream, since: b.since, by, reason: b.reason, dry_run: true };
-    let answer = async {
-        let preview = replay::replay(&st.pool, &request).await?;
-        if b.dry_run {
-            return Ok((StatusCode::OK, preview));
-        }
-        if preview.selected.len() > REDRIVE_CONFIRM_ABOVE && !b.yes {
-            return Err(Error::refused(format!(
-                "replay {} events of stream {} to consumer {}: more than {REDRIVE_CONFIRM_ABOVE} need a confirmation",
-                preview.selected.len(),
-                preview.stream,
-                preview.consumer
-            ))
-            .with_fix("check them with \"dryRun\": true, then send \"yes\": true"));
-        }
-        request.dry_run = false;
-        Ok((StatusCode::ACCEPTED, replay::replay(&st.pool, &request).await?))
-    };
-    ops_http::answer(answer).await
+    let op = Replay { consumer: name, stream: b.stream, since: b.since };
+    let audit = Audit { by, reason: b.reason };
+    ops_http::answer(StatusCode::ACCEPTED, run(&op, &st.pool, &audit, b.dry_run, confirm(b.yes))).await
 }

@@ -57,7 +57,7 @@ pub enum RefusedBecause {
 /// Classifies an error a wait returned: refusals of the input are `Some`.
 pub fn refused_because(e: &Error) -> Option<RefusedBecause> {
     match e {
-        Error::Refused(r) if r.problem.starts_with("no consumer named") => Some(RefusedBecause::UnknownConsumer),
+        Error::Refused(r) if r.unknown_consumer.is_some() => Some(RefusedBecause::UnknownConsumer),
         Error::Refused(_) | Error::Config(_) => Some(RefusedBecause::BadRequest),
         _ => None,
     }
@@ -366,7 +366,7 @@ async fn read_bounds(inner: Arc<Inner>) {
 }
 
 fn unknown_consumer(name: &str) -> Error {
-    Error::refused(format!("no consumer named {name:?}")).with_fix("`highwater consumer list` shows the consumers")
+    Error::no_consumer(name)
 }
 
 fn instance_of_shared(name: &str) -> Error {

@@ -2,6 +2,7 @@
 //! recorded in the status.
 use highwater::ops;
 use highwater_crds::{EventConsumer, EventConsumerStatus};
+use highwater_ops::{Audit, Confirm, Redrive, redrive_rows::Selection};
 use kube::ResourceExt;
 
 use crate::{
@@ -128,36 +129,30 @@ async fn redrive(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str)
         events::on(ctx, ec, Reason::RedriveRefused, m).await;
         return Ok(());
     };
-    let selection =
-        ops::redrive::Selection { consumer: consumer.to_owned(), event, all: event.is_none(), ..Default::default() };
+    let selection = Selection { consumer: consumer.to_owned(), event, all: event.is_none(), ..Default::default() };
     let ns = ec.namespace().unwrap_or_default();
-    let request = ops::redrive::Request {
-        selection,
+    let audit = Audit {
         by: annotated_by(ec, REDRIVE),
         reason: Some(format!("annotation {REDRIVE}={value} on {ns}/{}", ec.name_any())),
-        rate: None,
-        dry_run: false,
     };
-    match ops::redrive::redrive(&ctx.pool, &request).await {
-        Ok(plan) => {
-            let ids: Vec<String> = plan.selected.iter().take(20).map(|s| s.event_id.to_string()).collect();
-            let more = if plan.selected.len() > 20 { ", …" } else { "" };
-            let left = if plan.left_out.is_empty() {
-                String::new()
-            } else {
-                format!("; {} left out (pruned or instance gone)", plan.left_out.len())
-            };
-            let note = format!(
-                "redrive of {} dead letter(s) requested (events {}{more}){left}; a dispatcher delivers them",
-                plan.selected.len(),
-                ids.join(", ")
-            );
-            events::on(ctx, ec, Reason::Redriven, note).await;
-        }
-        Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RedriveRefused, m.to_string()).await,
-        Err(e) => return Err(e.into()),
-    }
-    Ok(())
+    let op = Redrive { selection, rate: None };
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    events::of_operation(ctx, ec, done, Reason::RedriveRefused, |plan| {
+        let ids: Vec<String> = plan.selected.iter().take(20).map(|s| s.event_id.to_string()).collect();
+        let more = if plan.selected.len() > 20 { ", …" } else { "" };
+        let left = if plan.left_out.is_empty() {
+            String::new()
+        } else {
+            format!("; {} left out (pruned or instance gone)", plan.left_out.len())
+        };
+        let note = format!(
+            "redrive of {} dead letter(s) requested (events {}{more}){left}; a dispatcher delivers them",
+            plan.selected.len(),
+            ids.join(", ")
+        );
+        (Reason::Redriven, note)
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -82,6 +82,27 @@ pub async fn on(ctx: &Context, ec: &EventConsumer, reason: Reason, note: String)
     publish(ctx, ec, reason, note, None).await;
 }
 
+/// The Event of an operation an annotation requested (`highwater_ops`): `done`'s reason and
+/// note; a refusal (nothing changed: unknown consumer, not applicable, invalid) a Warning with
+/// `refused` and its message; any other error goes back to the reconciler, which retries.
+pub async fn of_operation<T>(
+    ctx: &Context,
+    ec: &EventConsumer,
+    result: highwater_ops::Result<T>,
+    refused: Reason,
+    done: impl FnOnce(T) -> (Reason, String),
+) -> crate::Result<()> {
+    match result {
+        Ok(outcome) => {
+            let (reason, note) = done(outcome);
+            on(ctx, ec, reason, note).await;
+        }
+        Err(e) if e.is_refusal() => on(ctx, ec, refused, e.to_string()).await,
+        Err(e) => return Err(crate::Error::Store(e.into())),
+    }
+    Ok(())
+}
+
 /// Publishes an event on any resource of the operator (an `EventType`).
 pub async fn on_object<K: Resource<DynamicType = ()>>(ctx: &Context, object: &K, reason: Reason, note: String) {
     publish_on(ctx, &object.object_ref(&()), reason, note, None).await;

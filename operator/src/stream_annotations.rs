@@ -3,8 +3,8 @@
 //! `highwater.dev/replay` (a stream's events delivered again: `highwater consumer replay`).
 //! Each new value acts once (`crate::annotations` records it in the status); a refusal is a
 //! Warning Event with the refusal's message and nothing changed.
-use highwater::ops;
 use highwater_crds::EventConsumer;
+use highwater_ops::{Audit, Confirm, Discard, Replay, replay_rows::parse_stream};
 use kube::ResourceExt;
 
 use crate::{
@@ -34,7 +34,7 @@ fn replay_target(value: &str) -> Option<(String, Option<i64>)> {
         Some((stream, since)) => (stream, Some(since.trim().parse::<i64>().ok().filter(|id| *id > 0)?)),
         None => (target, None),
     };
-    ops::replay::parse_stream(stream).ok()?;
+    parse_stream(stream).ok()?;
     Some((stream.to_owned(), since))
 }
 
@@ -48,32 +48,24 @@ pub async fn discard(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &
         events::on(ctx, ec, Reason::DiscardRefused, m).await;
         return Ok(());
     };
-    let request = ops::discard::Request {
-        consumer: consumer.to_owned(),
-        event,
-        instance: None,
-        by: annotated_by(ec, DISCARD),
-        reason: reason(ec, DISCARD, value),
-    };
-    match ops::discard::discard(&ctx.pool, &request).await {
-        Ok(d) => {
-            let released = if d.released.is_empty() {
-                "no event was parked behind it".to_owned()
-            } else {
-                let ids: Vec<String> = d.released.iter().take(20).map(i64::to_string).collect();
-                let more = if d.released.len() > 20 { ", …" } else { "" };
-                format!(
-                    "{} parked event(s) released in stream order (events {}{more}); a dispatcher delivers them",
-                    d.released.len(),
-                    ids.join(", ")
-                )
-            };
-            events::on(ctx, ec, Reason::Discarded, format!("dead letter of event {event} discarded; {released}")).await;
-        }
-        Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::DiscardRefused, m.to_string()).await,
-        Err(e) => return Err(e.into()),
-    }
-    Ok(())
+    let op = Discard { consumer: consumer.to_owned(), event, instance: None };
+    let audit = Audit { by: annotated_by(ec, DISCARD), reason: Some(reason(ec, DISCARD, value)) };
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    events::of_operation(ctx, ec, done, Reason::DiscardRefused, |d| {
+        let released = if d.released.is_empty() {
+            "no event was parked behind it".to_owned()
+        } else {
+            let ids: Vec<String> = d.released.iter().take(20).map(i64::to_string).collect();
+            let more = if d.released.len() > 20 { ", …" } else { "" };
+            format!(
+                "{} parked event(s) released in stream order (events {}{more}); a dispatcher delivers them",
+                d.released.len(),
+                ids.join(", ")
+            )
+        };
+        (Reason::Discarded, format!("dead letter of event {event} discarded; {released}"))
+    })
+    .await
 }
 
 pub async fn replay(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str) -> Result<()> {
@@ -84,32 +76,23 @@ pub async fn replay(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &s
         events::on(ctx, ec, Reason::ReplayRefused, m).await;
         return Ok(());
     };
-    let request = ops::replay::Request {
-        consumer: consumer.to_owned(),
-        stream,
-        since,
-        by: annotated_by(ec, REPLAY),
-        reason: Some(reason(ec, REPLAY, value)),
-        dry_run: false,
-    };
-    match ops::replay::replay(&ctx.pool, &request).await {
-        Ok(plan) => {
-            let left = if plan.left_out.is_empty() {
-                String::new()
-            } else {
-                format!("; {} left out (beyond the cursor, not selected, or dead letters)", plan.left_out.len())
-            };
-            let note = format!(
-                "replay of {} event(s) of stream {} requested{left}; a dispatcher delivers them",
-                plan.selected.len(),
-                plan.stream
-            );
-            events::on(ctx, ec, Reason::Replayed, note).await;
-        }
-        Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::ReplayRefused, m.to_string()).await,
-        Err(e) => return Err(e.into()),
-    }
-    Ok(())
+    let op = Replay { consumer: consumer.to_owned(), stream, since };
+    let audit = Audit { by: annotated_by(ec, REPLAY), reason: Some(reason(ec, REPLAY, value)) };
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    events::of_operation(ctx, ec, done, Reason::ReplayRefused, |plan| {
+        let left = if plan.left_out.is_empty() {
+            String::new()
+        } else {
+            format!("; {} left out (beyond the cursor, not selected, or dead letters)", plan.left_out.len())
+        };
+        let note = format!(
+            "replay of {} event(s) of stream {} requested{left}; a dispatcher delivers them",
+            plan.selected.len(),
+            plan.stream
+        );
+        (Reason::Replayed, note)
+    })
+    .await
 }
 
 #[cfg(test)]

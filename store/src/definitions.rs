@@ -356,7 +356,7 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
 pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
     let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1").bind(name).execute(pool).await?;
     if n.rows_affected() == 0 {
-        return Err(Error::refused(format!("no consumer named {name:?}; `highwater consumer list` shows them")));
+        return Err(Error::no_consumer(name));
     }
     notify::control(pool, name).await?;
     Ok(())

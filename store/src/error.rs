@@ -83,6 +83,9 @@ fn missing_hint(code: &str, message: &str) -> Option<String> {
 pub struct Refusal {
     pub problem: String,
     pub fix: Option<String>,
+    /// The consumer that does not exist, when that is the refusal ([`Error::no_consumer`]): what
+    /// callers classify by (HTTP 404, `highwater_ops::Error::NotFound`), never the message text.
+    pub unknown_consumer: Option<String>,
 }
 
 impl std::fmt::Display for Refusal {
@@ -115,11 +118,28 @@ fn hint_suffix(hint: &Option<String>) -> String {
 
 impl Error {
     pub fn refused(problem: impl Into<String>) -> Error {
-        Error::Refused(Refusal { problem: problem.into(), fix: None })
+        Error::Refused(Refusal { problem: problem.into(), fix: None, unknown_consumer: None })
+    }
+
+    /// The refusal of a name that is no consumer: the one place its message is written.
+    pub fn no_consumer(name: &str) -> Error {
+        Error::Refused(Refusal {
+            problem: format!("no consumer named {name:?}"),
+            fix: Some("`highwater consumer list` shows them".into()),
+            unknown_consumer: Some(name.to_owned()),
+        })
+    }
+
+    /// The consumer an [`Error::no_consumer`] refusal names; `None` for every other error.
+    pub fn unknown_consumer(&self) -> Option<&str> {
+        match self {
+            Error::Refused(r) => r.unknown_consumer.as_deref(),
+            _ => None,
+        }
     }
 
     pub fn config(problem: impl Into<String>) -> Error {
-        Error::Config(Refusal { problem: problem.into(), fix: None })
+        Error::Config(Refusal { problem: problem.into(), fix: None, unknown_consumer: None })
     }
 
     /// The fix line of a refusal or a configuration error; other errors are returned as they are.

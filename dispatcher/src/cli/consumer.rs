@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 
-use super::Output;
+use super::{Output, operation};
 use crate::{Error, Result, definitions, ops};
 
 #[derive(Subcommand, Debug)]
@@ -263,9 +263,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
                     println!("consumer {name} has no shards yet: no dispatcher of its group has started");
                     return Ok(());
                 }
-                return Err(Error::refused(format!(
-                    "no consumer named {name:?}; `highwater consumer list` shows them"
-                )));
+                return Err(Error::no_consumer(&name));
             }
             print_status(&rows, output)?;
         }
@@ -302,16 +300,23 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
                 until,
                 all,
             };
-            let request = ops::redrive::Request { selection, by: os_user(), reason, rate, dry_run: true };
-            redrive(pool, request, dry_run, yes, wait, output).await?;
+            let op = highwater_ops::Redrive { selection, rate };
+            let audit = highwater_ops::Audit { by: os_user(), reason };
+            if let Some(plan) = operation::run(pool, &op, &audit, dry_run, yes, output).await? {
+                operation::follow(pool, &op, plan, wait, output).await?;
+            }
         }
         ConsumerCmd::Discard { name, event, instance, reason, yes, output } => {
-            let request = ops::discard::Request { consumer: name, event, instance, by: os_user(), reason };
-            super::discard::run(pool, request, yes, output).await?;
+            let op = highwater_ops::Discard { consumer: name, event, instance };
+            let audit = highwater_ops::Audit { by: os_user(), reason: Some(reason) };
+            super::discard::run(pool, &op, &audit, yes, output).await?;
         }
         ConsumerCmd::Replay { name, stream, since, dry_run, reason, yes, wait, output } => {
-            let request = ops::replay::Request { consumer: name, stream, since, by: os_user(), reason, dry_run: true };
-            replay(pool, request, dry_run, yes, wait, output).await?;
+            let op = highwater_ops::Replay { consumer: name, stream, since };
+            let audit = highwater_ops::Audit { by: os_user(), reason };
+            if let Some(plan) = operation::run(pool, &op, &audit, dry_run, yes, output).await? {
+                operation::follow(pool, &op, plan, wait, output).await?;
+            }
         }
         ConsumerCmd::Delete { name } => {
             definitions::delete(pool, &name).await?;
@@ -402,170 +407,8 @@ fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
     Ok(serde_json::to_string_pretty(rows)?)
 }
 
-pub use crate::ops::redrive::CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE;
-
-async fn redrive(
-    pool: &sqlx::PgPool,
-    mut request: ops::redrive::Request,
-    dry_run: bool,
-    yes: bool,
-    wait: Duration,
-    output: Output,
-) -> Result<()> {
-    use ops::redrive;
-    let consumer = request.selection.consumer.clone();
-    // The selection first, without a change: what a dry run prints, and what a confirmation asks.
-    let preview = redrive::redrive(pool, &request).await?;
-    if dry_run {
-        match output {
-            Output::Table => print!("{}", render_plan(&preview, true)),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&preview)?),
-        }
-        return Ok(());
-    }
-    let n = preview.selected.len();
-    if n > REDRIVE_CONFIRM_ABOVE && !yes {
-        confirm(&consumer, n)?;
-    }
-    request.dry_run = false;
-    let plan = redrive::redrive(pool, &request).await?;
-    if output == Output::Table {
-        print!("{}", render_plan(&plan, false));
-    }
-    let progress =
-        if wait.is_zero() { redrive::progress(pool, &plan).await? } else { redrive::wait(pool, &plan, wait).await? };
-    match output {
-        Output::Table => {
-            for (id, error) in &progress.failed {
-                let error: String = error.replace(['\n', '\r'], " ").chars().take(200).collect();
-                println!("event {id}: redrive failed, a dead letter again: {error}");
-            }
-            println!(
-                "eventconsumer/{consumer}: {} redriven, {} failed again, {} pending",
-                progress.redriven,
-                progress.failed.len(),
-                progress.pending
-            );
-        }
-        Output::Json => {
-            let both = serde_json::json!({ "plan": plan, "progress": progress });
-            println!("{}", serde_json::to_string_pretty(&both)?);
-        }
-    }
-    if !progress.failed.is_empty() {
-        return Err(Error::refused(format!("{} of {n} redriven dead letters failed again", progress.failed.len()))
-            .with_fix(format!(
-                "fix the cause, then redrive them again (`highwater consumer dead-letters {consumer}`)"
-            )));
-    }
-    if progress.pending > 0 && !wait.is_zero() {
-        eprintln!(
-            "{} still pending after {}: no dispatcher of the consumer's group has delivered them yet (is one \
-             running, and the shard idle or processing? `highwater consumer status {consumer}`)",
-            progress.pending,
-            humantime::format_duration(wait)
-        );
-        std::process::exit(2);
-    }
-    Ok(())
-}
-
-async fn replay(
-    pool: &sqlx::PgPool,
-    mut request: ops::replay::Request,
-    dry_run: bool,
-    yes: bool,
-    wait: Duration,
-    output: Output,
-) -> Result<()> {
-    use ops::replay;
-    let consumer = request.consumer.clone();
-    let preview = replay::replay(pool, &request).await?;
-    if dry_run {
-        match output {
-            Output::Table => print!("{}", render_replay(&preview, true)),
-            Output::Json => println!("{}", serde_json::to_string_pretty(&preview)?),
-        }
-        return Ok(());
-    }
-    let n = preview.selected.len();
-    if n > REDRIVE_CONFIRM_ABOVE && !yes {
-        ask_many(&format!("replay {n} events of stream {} to consumer {consumer}", request.stream))?;
-    }
-    request.dry_run = false;
-    let plan = replay::replay(pool, &request).await?;
-    if output == Output::Table {
-        print!("{}", render_replay(&plan, false));
-    }
-    let progress =
-        if wait.is_zero() { replay::progress(pool, &plan).await? } else { replay::wait(pool, &plan, wait).await? };
-    match output {
-        Output::Table => {
-            for (id, error) in &progress.failed {
-                let error: String = error.replace(['\n', '\r'], " ").chars().take(200).collect();
-                println!("event {id}: replay failed: {error}");
-            }
-            println!(
-                "eventconsumer/{consumer}: {} replayed, {} failed, {} pending",
-                progress.replayed,
-                progress.failed.len(),
-                progress.pending
-            );
-        }
-        Output::Json => {
-            let both = serde_json::json!({ "plan": plan, "progress": progress });
-            println!("{}", serde_json::to_string_pretty(&both)?);
-        }
-    }
-    if !progress.failed.is_empty() {
-        return Err(Error::refused(format!("{} of {n} replayed events failed", progress.failed.len()))
-            .with_fix("fix the cause, then replay the stream again (--since the first that failed)"));
-    }
-    if progress.pending > 0 && !wait.is_zero() {
-        eprintln!(
-            "{} still pending after {}: no dispatcher of the consumer's group has delivered them yet (is one \
-             running, and the shard idle or processing? `highwater consumer status {consumer}`)",
-            progress.pending,
-            humantime::format_duration(wait)
-        );
-        std::process::exit(2);
-    }
-    Ok(())
-}
-
-fn render_replay(p: &ops::replay::Plan, dry_run: bool) -> String {
-    let mut out = if dry_run {
-        format!(
-            "would replay {} event(s) of stream {} to consumer {} (dry run: nothing changed)\n",
-            p.selected.len(),
-            p.stream,
-            p.consumer
-        )
-    } else {
-        format!(
-            "replay request {}: {} event(s) of stream {} to consumer {}\n",
-            p.request_id.unwrap_or_default(),
-            p.selected.len(),
-            p.stream,
-            p.consumer
-        )
-    };
-    use crate::table::{Align::*, render_rows};
-    out.push_str(&render_rows(
-        2,
-        &[Left, Right, Left, Left, Left, Left, Left],
-        p.selected.iter().map(|s| {
-            let version = s.stream_version.map_or_else(|| "-".to_owned(), |v| v.to_string());
-            let event_id = s.event_id.to_string();
-            let (type_, instance) = (s.event_type.clone(), s.instance_id.clone());
-            vec!["event".into(), event_id, type_, "version".into(), version, "instance".into(), instance]
-        }),
-    ));
-    for l in &p.left_out {
-        out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
-    }
-    out
-}
+/// A redrive or replay of more deliveries than this asks first.
+pub use highwater_ops::CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE;
 
 /// A rewind that moves a cursor forward past undelivered events asks first (`latest` says so
 /// by name, `--yes` has answered); without a terminal it is refused with the count.
@@ -596,17 +439,6 @@ async fn rewind(
     ops::rewind_skipping(pool, name, instance, to).await
 }
 
-/// Asks on a terminal; refuses without one.
-fn confirm(consumer: &str, n: usize) -> Result<()> {
-    ask_many(&format!("redrive {n} dead letters of consumer {consumer}"))
-}
-
-/// A large redrive or replay: asks, or refuses without a terminal naming the threshold.
-fn ask_many(question: &str) -> Result<()> {
-    let why = format!("more than {REDRIVE_CONFIRM_ABOVE} need a confirmation");
-    ask(question, (&why, "check them with --dry-run, then pass --yes"))
-}
-
 /// Asks `question` on a terminal; without one, refuses with `(why, fix)`.
 pub(super) fn ask(question: &str, (why, fix): (&str, &str)) -> Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
@@ -621,40 +453,6 @@ pub(super) fn ask(question: &str, (why, fix): (&str, &str)) -> Result<()> {
         return Err(Error::refused("not confirmed; nothing changed"));
     }
     Ok(())
-}
-
-fn render_plan(p: &ops::redrive::Plan, dry_run: bool) -> String {
-    let mut out = if dry_run {
-        format!(
-            "would redrive {} dead letter(s) of consumer {} (dry run: nothing changed)\n",
-            p.selected.len(),
-            p.consumer
-        )
-    } else {
-        format!("redrive of {} dead letter(s) of consumer {} requested\n", p.selected.len(), p.consumer)
-    };
-    use crate::table::{Align::*, render_rows};
-    out.push_str(&render_rows(
-        2,
-        &[Left, Right, Left, Left, Left, Left, Left],
-        p.selected.iter().map(|s| {
-            let error: String = s.error.replace(['\n', '\r'], " ").chars().take(80).collect();
-            let (event_id, stream) = (s.event_id.to_string(), s.stream.to_string());
-            vec![
-                "event".into(),
-                event_id,
-                s.event_type.clone(),
-                stream,
-                "instance".into(),
-                s.instance_id.clone(),
-                error,
-            ]
-        }),
-    ));
-    for l in &p.left_out {
-        out.push_str(&format!("  left out: event {} (instance {}): {}\n", l.event_id, l.instance_id, l.why));
-    }
-    out
 }
 
 /// Who runs this command, as recorded on each dead letter: the OS user.

@@ -1,24 +1,37 @@
 //! `highwater consumer discard NAME --event ID --reason TEXT [--yes]`: a dead letter that is
 //! never to be delivered, and the events of its stream parked behind it released
-//! (`crate::ops::discard`).
-use super::Output;
-use crate::{Result, ops::discard};
+//! (`highwater_ops::Discard`).
+use highwater_ops::{Audit, Discard, discard_rows::Discarded};
 
-pub async fn run(pool: &sqlx::PgPool, request: discard::Request, yes: bool, output: Output) -> Result<()> {
-    // Asked before anything is read: a discarded event is one the consumer never sees, which no
-    // command takes back.
-    if !yes {
-        confirm(&request)?;
-    }
-    let d = discard::discard(pool, &request).await?;
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&d)?),
-        Output::Table => print!("{}", render(&d)),
+use super::{
+    Output,
+    operation::{self, Shown},
+};
+use crate::Result;
+
+/// Asked on a terminal before anything is read (the operation previews nothing); refused
+/// without one unless --yes.
+pub async fn run(pool: &sqlx::PgPool, op: &Discard, audit: &Audit, yes: bool, output: Output) -> Result<()> {
+    if let Some(d) = operation::run(pool, op, audit, false, yes, output).await?
+        && output == Output::Json
+    {
+        println!("{}", serde_json::to_string_pretty(&d)?);
     }
     Ok(())
 }
 
-fn render(d: &discard::Discarded) -> String {
+impl Shown for Discard {
+    /// No dry run: nothing to show.
+    fn render_preview(_: &()) -> String {
+        String::new()
+    }
+
+    fn render_outcome(d: &Discarded) -> String {
+        render(d)
+    }
+}
+
+fn render(d: &Discarded) -> String {
     let mut out = format!(
         "eventconsumer/{}: dead letter of event {} discarded (instance {}); it is never delivered\n",
         d.consumer,
@@ -36,10 +49,4 @@ fn render(d: &discard::Discarded) -> String {
         ));
     }
     out
-}
-
-/// Asks on a terminal; refuses without one (scripts pass --yes).
-fn confirm(r: &discard::Request) -> Result<()> {
-    let question = format!("discard the dead letter of event {} of consumer {} (never delivered)", r.event, r.consumer);
-    super::consumer::ask(&question, ("needs a confirmation", "pass --yes"))
 }

@@ -10,6 +10,9 @@ mod event_types_cli;
 mod events;
 mod floors;
 mod migrate;
+mod operation;
+mod redrive;
+mod replay;
 mod roles;
 mod top;
 

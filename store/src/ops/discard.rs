@@ -48,14 +48,21 @@ struct Row {
     discarded_by: Option<String>,
 }
 
+/// Refuses an empty reason before the database is asked (`highwater_ops::Discard::validate` runs
+/// it too).
+pub fn check_reason(reason: &str) -> Result<()> {
+    if reason.trim().is_empty() {
+        return Err(Error::refused("a discard needs a reason: the event is never delivered to the consumer")
+            .with_fix("say why with --reason TEXT"));
+    }
+    Ok(())
+}
+
 /// Discards the open dead letter(s) of `event` and releases what they blocked, in one
 /// transaction; refuses (nothing changed) anything but an open dead letter of the consumer that
 /// is not parked behind another.
 pub async fn discard(pool: &sqlx::PgPool, r: &Request) -> Result<Discarded> {
-    if r.reason.trim().is_empty() {
-        return Err(Error::refused("a discard needs a reason: the event is never delivered to the consumer")
-            .with_fix("say why with --reason TEXT"));
-    }
+    check_reason(&r.reason)?;
     let (consumer, id) = (&r.consumer, r.event);
     let list = format!("`highwater consumer dead-letters {consumer}` lists its dead letters");
     let mut tx = pool.begin().await?;
@@ -64,9 +71,7 @@ pub async fn discard(pool: &sqlx::PgPool, r: &Request) -> Result<Discarded> {
         .fetch_one(&mut *tx)
         .await?;
     if !known {
-        return Err(
-            Error::refused(format!("no consumer named {consumer:?}")).with_fix("`highwater consumer list` shows them")
-        );
+        return Err(Error::no_consumer(consumer));
     }
     // Locked: a concurrent redrive or discard of the same dead letter waits, then sees it done.
     let rows: Vec<Row> = sqlx::query_as(

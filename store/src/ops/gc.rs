@@ -80,9 +80,7 @@ pub async fn gc(pool: &PgPool, o: &GcOptions) -> Result<GcReport> {
             .fetch_one(&mut *tx)
             .await?;
         if !exists {
-            return Err(
-                Error::refused(format!("no consumer named {c:?}")).with_fix("`highwater consumer list` shows them")
-            );
+            return Err(Error::no_consumer(c));
         }
     }
     let secs = o.stale_after.as_secs_f64();

@@ -53,9 +53,7 @@ async fn sql_spec(pool: &PgPool, name: &str, verb: &str) -> Result<(ConsumerSpec
     let row: Option<(Json<ConsumerSpec>,)> =
         sqlx::query_as("SELECT spec FROM highwater.consumers WHERE name = $1").bind(name).fetch_optional(pool).await?;
     let Some((Json(spec),)) = row else {
-        return Err(
-            Error::refused(format!("no consumer named {name:?}")).with_fix("`highwater consumer list` shows them")
-        );
+        return Err(Error::no_consumer(name));
     };
     if spec.delivery != Delivery::Shared {
         return Err(Error::refused(format!(

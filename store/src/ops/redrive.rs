@@ -109,11 +109,9 @@ struct Candidate {
     blocked_by: Option<i64>,
 }
 
-/// Selects the dead letters, and unless `dry_run` marks them for redelivery and notifies the
-/// dispatchers, in one transaction. Refuses (nothing changed) an unknown consumer, a selection
-/// without a filter, an `event` that is not a dead letter that can be redriven, and a selection
-/// that takes nothing.
-pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
+/// Refuses, before the database is asked, a request without a filter or with a rate that is not
+/// a positive number (`highwater_ops::Redrive::validate` runs it too).
+pub fn check(r: &Request) -> Result<()> {
     let s = &r.selection;
     if !s.all
         && s.event.is_none()
@@ -132,14 +130,23 @@ pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
         return Err(Error::refused(format!("--rate {rate} is not a positive number of events per second"))
             .with_fix("e.g. --rate 10/s"));
     }
+    Ok(())
+}
+
+/// Selects the dead letters, and unless `dry_run` marks them for redelivery and notifies the
+/// dispatchers, in one transaction. Refuses (nothing changed) an unknown consumer, a selection
+/// without a filter, an `event` that is not a dead letter that can be redriven, and a selection
+/// that takes nothing.
+pub async fn redrive(pool: &PgPool, r: &Request) -> Result<Plan> {
+    check(r)?;
+    let s = &r.selection;
     let mut tx = pool.begin().await?;
     let delivery: Option<Delivery> = sqlx::query_scalar("SELECT delivery FROM highwater.consumers WHERE name = $1")
         .bind(&s.consumer)
         .fetch_optional(&mut *tx)
         .await?;
     let Some(delivery) = delivery else {
-        return Err(Error::refused(format!("no consumer named {:?}", s.consumer))
-            .with_fix("`highwater consumer list` shows them"));
+        return Err(Error::no_consumer(&s.consumer));
     };
     let shards = shard_ids(&mut tx, &s.consumer).await?;
     // The rows are locked: a concurrent request for the same dead letters waits, then sees them
@@ -377,18 +384,6 @@ pub async fn progress(pool: &PgPool, plan: &Plan) -> Result<Progress> {
         }
     }
     Ok(p)
-}
-
-/// Polls [`progress`] until nothing is pending or `timeout` has passed.
-pub async fn wait(pool: &PgPool, plan: &Plan, timeout: Duration) -> Result<Progress> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let p = progress(pool, plan).await?;
-        if p.pending == 0 || tokio::time::Instant::now() >= deadline {
-            return Ok(p);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 // ---- The dispatcher's side (the engine's dispatch::redrive). ----

@@ -110,8 +110,7 @@ pub async fn replay(pool: &PgPool, r: &Request) -> Result<Plan> {
             .fetch_optional(&mut *tx)
             .await?;
     if types.is_none() {
-        return Err(Error::refused(format!("no consumer named {:?}", r.consumer))
-            .with_fix("`highwater consumer list` shows them"));
+        return Err(Error::no_consumer(&r.consumer));
     }
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.events WHERE stream_type = $1 AND stream_id = $2")
         .bind(&stream_type)

@@ -48,9 +48,7 @@ pub async fn resolve(conn: &mut PgConnection, consumer: &str, instance: Option<&
     .fetch_optional(&mut *conn)
     .await?;
     let Some((delivery, group, suspended, partitioned)) = row else {
-        return Err(
-            Error::refused(format!("no consumer named {consumer:?}")).with_fix("`highwater consumer list` shows them")
-        );
+        return Err(Error::no_consumer(consumer));
     };
     let shared = delivery == Delivery::Shared;
     if shared && partitioned {
