@@ -18,7 +18,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use tokio::sync::{RwLock, broadcast};
 
-use crate::sink::{DeliveryContext, Sink, SinkError};
+use crate::sink::{DeliveryContext, ExternalSink, Sink, SinkError};
 use highwater_store::{
     Event, Position, Result, Xid8,
     events::{EVENT_COLUMNS, EventRow},
@@ -50,14 +50,14 @@ impl Hub {
         event_types: &[String],
         want: Option<serde_json::Value>,
         buffer: usize,
-    ) -> Arc<dyn Sink> {
+    ) -> Sink {
         let mut map = self.channels.write().await;
         let tx = match map.get(consumer) {
             Some(c) => c.tx.clone(),
             None => broadcast::channel(buffer.max(1)).0,
         };
         map.insert(consumer.to_owned(), Channel { tx: tx.clone(), event_types: event_types.to_vec(), want });
-        Arc::new(SseSink { tx })
+        Sink::External(Arc::new(SseSink { tx }))
     }
 
     pub async fn remove(&self, consumer: &str) {
@@ -76,7 +76,7 @@ struct SseSink {
 }
 
 #[async_trait]
-impl Sink for SseSink {
+impl ExternalSink for SseSink {
     fn kind(&self) -> &'static str {
         "sse"
     }

@@ -29,7 +29,6 @@ pub mod doctor;
 pub mod event_types;
 pub mod events;
 pub mod kubernetes;
-pub mod literal;
 pub mod migrate;
 pub mod notify;
 pub mod ops;
@@ -43,6 +42,7 @@ pub mod roles;
 pub mod shards;
 mod sink_statement;
 pub mod sleepers;
+pub mod sql_sink;
 mod yaml_numbers;
 
 pub use applied::{Appended, Token, append_position, token};
