@@ -14,8 +14,8 @@ use axum::{
     response::Response,
 };
 use chrono::{DateTime, Utc};
+use highwater_store::pg::PgPool;
 use serde::Deserialize;
-use sqlx::PgPool;
 
 use crate::{ops_http, sse::Tokens};
 use highwater_store::{

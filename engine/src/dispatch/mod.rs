@@ -7,7 +7,7 @@ use std::{
 };
 
 use highwater_crds::{Delivery, SHARED_INSTANCE, parse_partition_instance};
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 

@@ -5,7 +5,7 @@ use std::{
 };
 
 use highwater_crds::{ConsumerSpec, ErrorMode};
-use sqlx::PgPool;
+use highwater_store::pg::{PgConnection, PgPool};
 
 use crate::{
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
@@ -161,7 +161,7 @@ pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Outcome> {
 /// instead of reading), and receives the one this pass reads ahead.
 async fn locked(
     ctx: &ShardCtx,
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     next: &mut Option<(Shard, Batch)>,
     prepared: &mut bool,
 ) -> Result<Outcome> {
@@ -242,7 +242,7 @@ async fn locked(
 }
 
 /// Tries the switch to the new split; the shard row is gone when it happened.
-async fn at_barrier(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, cursor: Position) -> Result<Outcome> {
+async fn at_barrier(ctx: &ShardCtx, conn: &mut PgConnection, cursor: Position) -> Result<Outcome> {
     match shards::repartition(conn, &ctx.consumer, false).await? {
         Repartition::Switched => {
             tracing::info!(consumer = %ctx.consumer, barrier = %cursor, partitions = ctx.spec.partitions, "partitions switched at the barrier");
@@ -276,7 +276,7 @@ impl Pass<'_> {
 async fn transactional(
     ctx: &ShardCtx,
     sink: &dyn TransactionalSink,
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     b: Pass<'_>,
     prepared: &mut bool,
     next: &mut Option<(Shard, Batch)>,
@@ -394,7 +394,7 @@ const CONNECT_BESIDE: Duration = Duration::from_millis(250);
 /// Applies the events before `index` in `tx`.
 async fn prefix(
     sink: &dyn TransactionalSink,
-    tx: &mut sqlx::PgConnection,
+    tx: &mut PgConnection,
     events: &[highwater_store::Event],
     index: usize,
 ) -> Result<(), SinkError> {
@@ -410,7 +410,7 @@ async fn prefix(
 async fn external(
     ctx: &ShardCtx,
     sink: &dyn ExternalSink,
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     b: Pass<'_>,
     next: &mut Option<(Shard, Batch)>,
 ) -> Result<Outcome> {

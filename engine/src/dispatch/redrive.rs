@@ -16,6 +16,8 @@
 //!   the error, and the request's later rows of the shard are not delivered (stream order).
 use std::time::Duration;
 
+use highwater_store::pg::PgConnection;
+
 use super::pass::{Claim, ShardCtx};
 use crate::sink::{DeliveryContext, ExternalSink, Sink, TransactionalSink};
 use highwater_store::{
@@ -153,7 +155,7 @@ impl Job {
     }
 
     /// Marks it done; false when it is no longer pending.
-    async fn mark_done(&self, ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<bool> {
+    async fn mark_done(&self, ctx: &ShardCtx, conn: &mut PgConnection) -> Result<bool> {
         match self {
             Job::DeadLetter(d) => redrive::mark_redriven(conn, &ctx.consumer, &ctx.instance_id, d).await,
             Job::Replay(r) => replay::mark_replayed(conn, &ctx.instance_id, r).await,
@@ -200,7 +202,7 @@ async fn transactional(
 async fn external(
     ctx: &ShardCtx,
     sink: &dyn ExternalSink,
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     job: &Job,
     event: &highwater_store::Event,
 ) -> Result<std::result::Result<bool, String>> {

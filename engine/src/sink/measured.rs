@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, Postgres, Transaction};
+use highwater_store::pg::{PgConnection, Postgres, Transaction};
 
 use super::{Applied, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink};
 use crate::metrics::{Metrics, SinkLabels};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use highwater_crds::ConsumerSpec;
-use sqlx::{PgConnection, Postgres, Transaction};
+use highwater_store::pg::{PgConnection, Postgres, Transaction};
 
 use highwater_store::{
     Error, Event, Result,

@@ -3,7 +3,7 @@
 //! move, the search for the event that fails at COMMIT); this is the sink the pass sees.
 use async_trait::async_trait;
 use highwater_crds::SqlSink as SqlSinkSpec;
-use sqlx::{PgConnection, Postgres, Transaction};
+use highwater_store::pg::{PgConnection, Postgres, Transaction};
 
 use super::{Applied, SinkError, TransactionalSink};
 use highwater_store::{
