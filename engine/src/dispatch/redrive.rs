@@ -5,9 +5,9 @@
 //! redrive or a replay is a delivery beside the stream, not a position in it.
 //!
 //! - A SQL sink: the request is marked redriven and the event applied in one transaction opened
-//!   like the live one (`TransactionalSink::begin`: the same settings; the apply sets the same tenant, role,
-//!   correlation and causation), so a kill before the commit leaves the request pending and
-//!   nothing applied: exactly once more.
+//!   like the live one (`TransactionalSink::begin`: the same settings; the apply sets the same
+//!   tenant, role, correlation and causation), so a kill before the commit leaves the request
+//!   pending and nothing applied: exactly once more.
 //! - An external sink: no transaction is open while it works; the mark follows the
 //!   acknowledgement, so a kill in between delivers it again with the same idempotency key
 //!   (consumer and event id), as live delivery does.
