@@ -36,8 +36,8 @@ pub use highwater_engine::{
     discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, wait, wait_http,
 };
 pub use highwater_store::{
-    applied, body, db, definitions, doctor, error, event_types, events, kubernetes, literal, migrate, notify, ops,
-    partitions, pooler, position, read_ahead, retention, roles, shards, sleepers,
+    applied, body, db, definitions, doctor, error, event_types, events, kubernetes, migrate, notify, ops, partitions,
+    pooler, position, read_ahead, retention, roles, shards, sleepers,
 };
 pub use position::{Position, Xid8};
 pub use wait::{Waited, wait_applied, wait_applied_on};

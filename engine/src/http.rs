@@ -20,7 +20,7 @@ use axum::{
     response::IntoResponse,
     routing::{get, post},
 };
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::{discard_http, metrics::Metrics, ops_http, redrive_http, sse, wait_http};
@@ -100,7 +100,7 @@ async fn ready_handler(State(st): State<AppState>) -> impl IntoResponse {
             "not ready: starting (database not reached yet, or shards not registered yet)\n".to_owned(),
         );
     }
-    let probe = tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&st.health.pool)).await;
+    let probe = tokio::time::timeout(Duration::from_secs(2), highwater_store::db::ping(&st.health.pool)).await;
     match probe {
         Ok(Ok(_)) => (StatusCode::OK, "ready\n".to_owned()),
         Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: database: {e}\n")),

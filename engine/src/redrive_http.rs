@@ -16,8 +16,8 @@ use axum::{
 };
 use chrono::{DateTime, Utc};
 use highwater_ops::{Audit, Confirm, Error, Redrive, Replay, Result, redrive_rows::Selection, run};
+use highwater_store::pg::PgPool;
 use serde::Deserialize;
-use sqlx::PgPool;
 
 use crate::{
     ops_http::{self, Caller},

@@ -13,15 +13,14 @@ use axum::{
     },
 };
 use futures::{Stream, StreamExt, stream};
-use highwater_store::fence;
+use highwater_store::pg::PgPool;
 use serde::Deserialize;
-use sqlx::PgPool;
 use tokio::sync::{RwLock, broadcast};
 
-use crate::sink::{DeliveryContext, Sink, SinkError};
+use crate::sink::{DeliveryContext, ExternalSink, Sink, SinkError};
 use highwater_store::{
-    Event, Position, Result, Xid8,
-    events::{EVENT_COLUMNS, EventRow},
+    Event, Position, Result,
+    tail::{self, position_of},
 };
 
 pub const DEFAULT_BUFFER: usize = 1024;
@@ -50,14 +49,14 @@ impl Hub {
         event_types: &[String],
         want: Option<serde_json::Value>,
         buffer: usize,
-    ) -> Arc<dyn Sink> {
+    ) -> Sink {
         let mut map = self.channels.write().await;
         let tx = match map.get(consumer) {
             Some(c) => c.tx.clone(),
             None => broadcast::channel(buffer.max(1)).0,
         };
         map.insert(consumer.to_owned(), Channel { tx: tx.clone(), event_types: event_types.to_vec(), want });
-        Arc::new(SseSink { tx })
+        Sink::External(Arc::new(SseSink { tx }))
     }
 
     pub async fn remove(&self, consumer: &str) {
@@ -76,7 +75,7 @@ struct SseSink {
 }
 
 #[async_trait]
-impl Sink for SseSink {
+impl ExternalSink for SseSink {
     fn kind(&self) -> &'static str {
         "sse"
     }
@@ -226,12 +225,6 @@ pub async fn stream_handler(
     Sse::new(merged).keep_alive(KeepAlive::default()).into_response()
 }
 
-async fn position_of(pool: &PgPool, id: i64) -> Result<Option<Position>> {
-    let tx: Option<Xid8> =
-        sqlx::query_scalar("SELECT tx_id FROM highwater.events WHERE id = $1").bind(id).fetch_optional(pool).await?;
-    Ok(tx.map(|tx| Position::from((tx, id))))
-}
-
 /// Events after `start` below the fence, page by page; empty without `start`.
 fn replay(
     pool: PgPool,
@@ -240,36 +233,15 @@ fn replay(
     want: Option<serde_json::Value>,
     tenant: Option<String>,
 ) -> impl Stream<Item = Event> {
+    let filter = tail::Filter { types, tenant, want };
     stream::unfold(start, move |cursor| {
-        let (pool, types, tenant, want) = (pool.clone(), types.clone(), tenant.clone(), want.clone());
+        let (pool, filter) = (pool.clone(), filter.clone());
         async move {
             let cursor = cursor?;
-            let columns = EVENT_COLUMNS.replace(
-                "e.payload",
-                "CASE WHEN $6::jsonb IS NULL THEN e.payload \
-                      ELSE highwater.upcast_for(e.event_type, e.schema_version, e.payload, $6::jsonb) END AS payload",
-            );
-            let sql = format!(
-                "SELECT {columns} FROM highwater.events e
-                  WHERE (e.tx_id, e.id) > ($1, $2)
-                    AND e.tx_id < {fence}
-                    AND (cardinality($3::text[]) = 0 OR e.event_type = ANY($3))
-                    AND ($4::text IS NULL OR e.tenant_id = $4)
-                  ORDER BY e.tx_id, e.id LIMIT $5",
-                fence = fence!()
-            );
-            let rows: Vec<EventRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(cursor.xid8())
-                .bind(cursor.id)
-                .bind(&types)
-                .bind(&tenant)
-                .bind(REPLAY_PAGE)
-                .bind(want.map(sqlx::types::Json))
-                .fetch_all(&pool)
+            let events = tail::page(&pool, cursor, &filter, REPLAY_PAGE)
                 .await
                 .inspect_err(|e| tracing::warn!(error = %e, "SSE replay failed; the client resumes on reconnect"))
                 .ok()?;
-            let events: Vec<Event> = rows.into_iter().filter_map(|r| Event::try_from(r).ok()).collect();
             let next = if (events.len() as i64) < REPLAY_PAGE { None } else { events.last().map(Event::position) };
             if events.is_empty() {
                 return None;

@@ -15,12 +15,13 @@ use std::{
     time::Duration,
 };
 
-use sqlx::{PgPool, postgres::PgListener};
+use highwater_store::pg::PgPool;
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use highwater_store::{
     Error, Result, Xid8,
     applied::{self, Token},
+    notify::Listener,
 };
 
 /// The channel `highwater.notify_applied()` sends on (payload: the consumer's name).
@@ -242,8 +243,8 @@ impl WaitHub {
 async fn listen(inner: Arc<Inner>) {
     let mut delay = Duration::from_millis(100);
     loop {
-        let mut listener = match PgListener::connect_with(&inner.pool).await {
-            Ok(mut l) => match l.listen(APPLIED_CHANNEL).await {
+        let mut listener = match Listener::connect(&inner.pool).await {
+            Ok(mut l) => match l.listen(&[APPLIED_CHANNEL]).await {
                 Ok(()) => l,
                 Err(e) => {
                     tracing::warn!(error = %e, "LISTEN {APPLIED_CHANNEL} failed; waiters poll meanwhile");
@@ -259,14 +260,13 @@ async fn listen(inner: Arc<Inner>) {
                 continue;
             }
         };
-        listener.eager_reconnect(false);
         delay = Duration::from_millis(100);
         inner.listening.store(true, Ordering::SeqCst);
         mark(&inner, None);
         // `None` or an error: the connection is gone.
-        while let Ok(Some(n)) = listener.try_recv().await {
+        while let Ok(Some(n)) = listener.recv().await {
             inner.notifications.fetch_add(1, Ordering::Relaxed);
-            mark(&inner, Some(n.payload()));
+            mark(&inner, Some(&n.payload));
         }
         inner.listening.store(false, Ordering::SeqCst);
         mark(&inner, None);

@@ -105,6 +105,14 @@ pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -
     }
 }
 
+/// Whether the database answers a statement now (the dispatcher's `/readyz`).
+pub async fn ping(pool: &PgPool) -> Result<()> {
+    sqlx::query(PING).execute(pool).await?;
+    Ok(())
+}
+
+const PING: &str = "SELECT 1";
+
 /// Applies every migration not yet applied and the current definitions, waiting behind running
 /// transactions with the default lock timeout ([`crate::migrate::run`] for the options). Safe to
 /// run any number of times, concurrently too.

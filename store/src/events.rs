@@ -108,20 +108,19 @@ impl Event {
     }
 }
 
-/// An event as one row of [`EVENT_COLUMNS`]. Public for the engine's SSE read, which still
-/// builds its own statement (to move into the store with the engine's other SQL, issue 45).
+/// An event as one row of [`EVENT_COLUMNS`].
 #[derive(sqlx::FromRow)]
-pub struct EventRow {
-    pub id: i64,
-    pub tx: Xid8,
-    pub stream_type: String,
-    pub stream_id: String,
-    pub stream_version: Option<i64>,
-    pub event_type: String,
-    pub tenant_id: Option<String>,
-    pub payload: Json<Box<RawValue>>,
-    pub metadata: Json<Box<RawValue>>,
-    pub created_at: DateTime<Utc>,
+pub(crate) struct EventRow {
+    id: i64,
+    tx: Xid8,
+    stream_type: String,
+    stream_id: String,
+    stream_version: Option<i64>,
+    event_type: String,
+    tenant_id: Option<String>,
+    payload: Json<Box<RawValue>>,
+    metadata: Json<Box<RawValue>>,
+    created_at: DateTime<Utc>,
 }
 
 impl TryFrom<EventRow> for Event {
@@ -260,7 +259,7 @@ pub(crate) fn events_from_arrays(row: &PgRow) -> Result<Vec<Event>> {
 }
 
 /// Columns of [`EventRow`], for queries that read events.
-pub const EVENT_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
+pub(crate) const EVENT_COLUMNS: &str = "e.id, e.tx_id AS tx, e.stream_type, e.stream_id, \
      e.stream_version, e.event_type, e.tenant_id, e.payload, e.metadata, e.created_at";
 
 /// Which events of a stream [`read_stream`] returns.

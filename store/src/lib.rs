@@ -8,9 +8,8 @@
 /// The snapshot fence, highwater's core correctness rule in one place: the oldest transaction id
 /// still running in the cluster. Every transaction below it has ended, so an event below it can
 /// never appear behind a cursor later. A macro so that statements stay `&'static str`
-/// (`concat!`); see "Positions and the snapshot fence" in docs/delivery.md. Exported for the
-/// engine's statements that still use it (`highwater_store::fence!`).
-#[macro_export]
+/// (`concat!`); see "Positions and the snapshot fence" in docs/delivery.md. Private to the store:
+/// no statement is written outside it.
 macro_rules! fence {
     () => {
         "pg_snapshot_xmin(pg_current_snapshot())"
@@ -23,15 +22,22 @@ pub mod applied;
 pub mod body;
 pub mod db;
 pub mod definitions;
+pub mod dispatchers;
 pub mod doctor;
 pub mod event_types;
 pub mod events;
+pub mod head;
 pub mod kubernetes;
-pub mod literal;
 pub mod migrate;
 pub mod notify;
+pub mod observe;
 pub mod ops;
 pub mod partitions;
+/// The connection types the layers above name. They run no statement of their own, and do not
+/// depend on sqlx: every statement is this crate's (docs/architecture.md).
+pub mod pg {
+    pub use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+}
 pub mod pooler;
 pub mod position;
 pub mod reach;
@@ -41,6 +47,8 @@ pub mod roles;
 pub mod shards;
 mod sink_statement;
 pub mod sleepers;
+pub mod sql_sink;
+pub mod tail;
 mod yaml_numbers;
 
 pub use applied::{Appended, Token, append_position, token};

@@ -9,7 +9,6 @@ use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
 use crate::{
     Error, Event, Position, Result, Xid8,
     events::{Bodies, event_arrays, events_from_arrays},
-    literal,
 };
 
 /// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
@@ -164,9 +163,9 @@ const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status
      CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip, \
      partition_index, partition_count, barrier_tx, barrier_id";
 
-/// The shard of a row of the shard columns. Public for the engine's SQL sink, which decodes the
-/// row its cursor move returns (until that move becomes one typed store call, issue 45).
-pub fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
+/// The shard of a row of the shard columns (also the row the SQL sink's batch query returns,
+/// `sql_sink`).
+pub(crate) fn shard_from_row(r: &sqlx::postgres::PgRow) -> Result<Shard> {
     Ok(Shard {
         consumer: r.try_get("consumer")?,
         instance_id: r.try_get("instance_id")?,
@@ -463,7 +462,8 @@ pub async fn advance(
 }
 
 /// A cursor move as a value, for a caller that runs it inside a statement of its own (the SQL
-/// sink sends it with its apply call: the batch and the move in one round trip).
+/// sink's batch, `sql_sink`, sends it with its apply call: the batch and the move in one round
+/// trip).
 pub struct Advance<'a> {
     pub shard: &'a Shard,
     pub from: Position,
@@ -473,13 +473,15 @@ pub struct Advance<'a> {
 
 impl Advance<'_> {
     /// The move's UPDATE with `gate`, a condition of the caller's, added to its WHERE clause, and
-    /// its values written in as constants, for a caller that sends it in a simple query.
-    pub fn inline(&self, gate: &str) -> String {
+    /// its values written in as constants (escaped as libpq escapes them), for a caller that
+    /// sends it in a simple query.
+    pub(crate) fn inline(&self, gate: &str) -> String {
+        use postgres_protocol::escape::escape_literal;
         let s = self.shard;
         Self::update(
             [
-                literal::text(&s.consumer),
-                literal::text(&s.instance_id),
+                escape_literal(&s.consumer),
+                escape_literal(&s.instance_id),
                 format!("'{}'::xid8", self.to.tx),
                 self.to.id.to_string(),
                 format!("'{}'::xid8", self.from.tx),

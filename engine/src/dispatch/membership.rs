@@ -10,11 +10,11 @@
 //! deliver one partition at the same time.
 use std::{sync::Arc, time::Duration};
 
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use highwater_store::Result;
+use highwater_store::{Result, dispatchers};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Members {
@@ -48,41 +48,13 @@ fn offset(consumer: &str) -> usize {
 
 /// Refreshes this dispatcher's row and reads the group's live list.
 pub async fn refresh(pool: &PgPool, group: &str, me: &str, ttl: Duration) -> Result<Members> {
-    let mut live: Vec<String> = sqlx::query_scalar(
-        "WITH me AS (
-              INSERT INTO highwater.dispatchers (instance_id, consumer_group, binary_schema) VALUES ($1, $2, $4)
-              ON CONFLICT (instance_id) DO UPDATE
-                 SET heartbeat_at = now(), consumer_group = EXCLUDED.consumer_group,
-                     binary_schema = EXCLUDED.binary_schema
-              RETURNING instance_id),
-              -- Rows of dispatchers gone for a day: kept that long only for `consumer top`.
-              gone AS (
-              DELETE FROM highwater.dispatchers
-               WHERE consumer_group = $2 AND heartbeat_at < now() - interval '1 day'),
-              -- Sleep marks whose lease ran out a day ago: dispatchers long gone.
-              stale AS (
-              DELETE FROM highwater.sleepers WHERE asleep_until < now() - interval '1 day')
-         SELECT instance_id FROM highwater.dispatchers
-          WHERE consumer_group = $2 AND instance_id <> $1
-            AND heartbeat_at > now() - make_interval(secs => $3)
-         UNION ALL SELECT instance_id FROM me",
-    )
-    .bind(me)
-    .bind(group)
-    .bind(ttl.as_secs_f64())
-    // Which binary this is, so that `migrate` refuses a breaking step while it runs.
-    .bind(highwater_store::migrate::window::SCHEMA_VERSION)
-    .fetch_all(pool)
-    .await?;
-    live.sort();
-    live.dedup();
+    let live = dispatchers::refresh(pool, group, me, ttl).await?;
     Ok(Members { live, me: me.to_owned() })
 }
 
 /// Removes this dispatcher's row, so the others take its partitions now rather than after `ttl`.
 pub async fn leave(pool: &PgPool, me: &str) -> Result<()> {
-    sqlx::query("DELETE FROM highwater.dispatchers WHERE instance_id = $1").bind(me).execute(pool).await?;
-    Ok(())
+    dispatchers::leave(pool, me).await
 }
 
 /// Until `stop`: refreshes every `interval` while the group has a partitioned consumer

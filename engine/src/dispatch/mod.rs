@@ -7,7 +7,7 @@ use std::{
 };
 
 use highwater_crds::{Delivery, SHARED_INSTANCE, parse_partition_instance};
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
@@ -478,7 +478,7 @@ fn shard_instance<'a>(cfg: &'a DispatchConfig, d: &definitions::Definition) -> &
 }
 
 /// The consumer's sink, shared by its partitions' workers.
-async fn consumer_sink(env: &Env, d: &definitions::Definition) -> Result<Arc<dyn sink::Sink>> {
+async fn consumer_sink(env: &Env, d: &definitions::Definition) -> Result<sink::Sink> {
     let sink = match &d.spec.sink.sse {
         Some(s) => {
             // A whole batch is handed over at once: a smaller buffer would drop every client.
@@ -492,12 +492,7 @@ async fn consumer_sink(env: &Env, d: &definitions::Definition) -> Result<Arc<dyn
     Ok(sink::measured(sink, env.metrics.clone(), &d.name))
 }
 
-fn shard_ctx(
-    env: &Env,
-    d: &definitions::Definition,
-    instance: &str,
-    sink: Arc<dyn sink::Sink>,
-) -> Result<pass::ShardCtx> {
+fn shard_ctx(env: &Env, d: &definitions::Definition, instance: &str, sink: sink::Sink) -> Result<pass::ShardCtx> {
     let parse = |s: &str| humantime::parse_duration(s).map_err(|e| Error::config(format!("backoff {s:?}: {e}")));
     Ok(pass::ShardCtx {
         pool: env.pool.clone(),

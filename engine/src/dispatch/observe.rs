@@ -3,11 +3,13 @@
 //! of the transaction holding the fence back (named in the log while it holds events back).
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use highwater_store::{Result, ops};
+use highwater_store::{Result, observe::stale_shards, ops};
+
+pub use highwater_store::observe::fence_age;
 
 pub async fn run(
     pool: PgPool,
@@ -78,6 +80,8 @@ async fn collect(
         m.forget(c, i);
     }
     known.shards = now;
+    // Only the group's per-instance shards that stopped beating are exported, so the series
+    // count stays at the size of the problem, not instances × consumers.
     let mut stale = HashSet::new();
     for (consumer, instance_id, age) in stale_shards(pool, group).await? {
         m.heartbeat_age.get_or_create(&crate::metrics::ShardLabels::new(&consumer, &instance_id)).set(age);
@@ -89,35 +93,4 @@ async fn collect(
     known.stale = stale;
     m.fence_age.set(fence_age(pool).await?);
     Ok(())
-}
-
-/// The group's per-instance shards whose heartbeat (or, before the first one, registration) is
-/// older than [`ops::MIN_STALE_AFTER`], with its age in seconds. Their instance stopped: every
-/// running dispatcher refreshes its shards' heartbeat every 10 s. Only these are exported, so the
-/// series count stays at the size of the problem, not instances × consumers.
-async fn stale_shards(pool: &PgPool, group: &str) -> Result<Vec<(String, String, f64)>> {
-    Ok(sqlx::query_as(
-        "SELECT s.consumer, s.instance_id,
-                extract(epoch FROM now() - coalesce(s.heartbeat_at, s.updated_at))::float8
-           FROM highwater.consumer_shards s JOIN highwater.consumers c ON c.name = s.consumer
-          WHERE c.consumer_group = $1 AND NOT highwater.is_shared_shard(s.instance_id)
-            AND coalesce(s.heartbeat_at, s.updated_at) < now() - make_interval(secs => $2)",
-    )
-    .bind(group)
-    .bind(ops::MIN_STALE_AFTER.as_secs_f64())
-    .fetch_all(pool)
-    .await?)
-}
-
-/// Seconds since the oldest transaction holding a transaction id started (prepared
-/// transactions included); 0 when none does. Other roles' sessions are visible only with
-/// `pg_read_all_stats`, so grant it to the dispatcher's role.
-pub async fn fence_age(pool: &PgPool) -> Result<f64> {
-    Ok(sqlx::query_scalar(
-        "SELECT coalesce(extract(epoch FROM now() - least(
-                   (SELECT min(xact_start) FROM pg_stat_activity WHERE backend_xid IS NOT NULL),
-                   (SELECT min(prepared) FROM pg_prepared_xacts))), 0)::float8",
-    )
-    .fetch_one(pool)
-    .await?)
 }

@@ -6,7 +6,7 @@
 //! transaction id above the highest range), which the next creation turns into a range.
 use std::time::Duration;
 
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use highwater_store::partitions;

@@ -5,11 +5,11 @@ use std::{
 };
 
 use highwater_crds::{ConsumerSpec, ErrorMode};
-use sqlx::{Connection, PgPool};
+use highwater_store::pg::{PgConnection, PgPool};
 
 use crate::{
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
-    sink::{Applied, DeliveryContext, Sink, SinkError},
+    sink::{Applied, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
 };
 use highwater_store::{
     Position, Result,
@@ -25,7 +25,7 @@ pub struct ShardCtx {
     /// `(index, count)` when the shard is a partition of a Shared consumer.
     pub partition: Option<(u32, u32)>,
     pub spec: ConsumerSpec,
-    pub sink: Arc<dyn Sink>,
+    pub sink: Sink,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub metrics: Arc<Metrics>,
@@ -161,7 +161,7 @@ pub async fn run(ctx: &ShardCtx, claim: &mut Option<Claim>) -> Result<Outcome> {
 /// instead of reading), and receives the one this pass reads ahead.
 async fn locked(
     ctx: &ShardCtx,
-    conn: &mut sqlx::PgConnection,
+    conn: &mut PgConnection,
     next: &mut Option<(Shard, Batch)>,
     prepared: &mut bool,
 ) -> Result<Outcome> {
@@ -235,15 +235,14 @@ async fn locked(
             }
         }
     }
-    if ctx.sink.transactional() {
-        transactional(ctx, conn, b, prepared, next).await
-    } else {
-        external(ctx, conn, b, next).await
+    match &ctx.sink {
+        Sink::Transactional(sink) => transactional(ctx, &**sink, conn, b, prepared, next).await,
+        Sink::External(sink) => external(ctx, &**sink, conn, b, next).await,
     }
 }
 
 /// Tries the switch to the new split; the shard row is gone when it happened.
-async fn at_barrier(ctx: &ShardCtx, conn: &mut sqlx::PgConnection, cursor: Position) -> Result<Outcome> {
+async fn at_barrier(ctx: &ShardCtx, conn: &mut PgConnection, cursor: Position) -> Result<Outcome> {
     match shards::repartition(conn, &ctx.consumer, false).await? {
         Repartition::Switched => {
             tracing::info!(consumer = %ctx.consumer, barrier = %cursor, partitions = ctx.spec.partitions, "partitions switched at the barrier");
@@ -276,20 +275,21 @@ impl Pass<'_> {
 /// claim's runs the batch), and `next` receives it if the cursor update leaves it standing.
 async fn transactional(
     ctx: &ShardCtx,
-    conn: &mut sqlx::PgConnection,
+    sink: &dyn TransactionalSink,
+    conn: &mut PgConnection,
     b: Pass<'_>,
     prepared: &mut bool,
     next: &mut Option<(Shard, Batch)>,
 ) -> Result<Outcome> {
     let started = Instant::now();
-    let ready = if *prepared { Ok(()) } else { ctx.sink.prepare(conn).await };
+    let ready = if *prepared { Ok(()) } else { sink.prepare(conn).await };
     *prepared = ready.is_ok();
     let err = match ready {
         Err(err) => err,
         Ok(()) => {
             let advance = Advance { shard: b.shard, from: b.shard.cursor, to: b.end, delivered: b.events.len() as i64 };
             let who = (&*ctx.consumer, &*ctx.instance_id);
-            let apply = ctx.sink.deliver_and_advance(conn, who, b.events, &advance);
+            let apply = sink.deliver_and_advance(conn, who, b.events, &advance);
             let (applied, ahead) = match b.full.then(|| read_beside(ctx, b)).flatten() {
                 // The read first, so that its statement is on the wire before the batch's.
                 Some(read) => {
@@ -322,8 +322,9 @@ async fn transactional(
     // transaction, so the progress and the failure land together. A sink that is not
     // deterministic may fail elsewhere the second time: the failure is then recorded where it
     // happened this time, or on the first event with nothing applied if that prefix fails too.
-    let mut tx = begin(ctx, conn).await?;
-    let (index, message) = match prefix(ctx, &mut tx, b.events, err.index).await {
+    let who = (&*ctx.consumer, &*ctx.instance_id);
+    let mut tx = sink.begin(conn, who).await?;
+    let (index, message) = match prefix(sink, &mut tx, b.events, err.index).await {
         // The batch ran into its time limit after `index` events: not that event's fault.
         // Commit what was applied; the next pass starts at it with the full limit again.
         Ok(()) if err.deferred => {
@@ -339,12 +340,12 @@ async fn transactional(
         Ok(()) => (err.index, err.message),
         Err(again) => {
             tx.rollback().await?;
-            tx = begin(ctx, conn).await?;
-            if prefix(ctx, &mut tx, b.events, again.index).await.is_ok() {
+            tx = sink.begin(conn, who).await?;
+            if prefix(sink, &mut tx, b.events, again.index).await.is_ok() {
                 (again.index, again.message)
             } else {
                 tx.rollback().await?;
-                tx = begin(ctx, conn).await?;
+                tx = sink.begin(conn, who).await?;
                 (0, again.message)
             }
         }
@@ -390,22 +391,17 @@ fn read_beside<'a>(ctx: &'a ShardCtx, b: Pass<'a>) -> Option<impl Future<Output 
 /// the pool's room first, `acquire` would wait for a connection to come back).
 const CONNECT_BESIDE: Duration = Duration::from_millis(250);
 
-/// Opens the cursor transaction the way the sink asks (its settings travel with `BEGIN`).
-async fn begin<'c>(ctx: &ShardCtx, conn: &'c mut sqlx::PgConnection) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {
-    Ok(conn.begin_with(sqlx::AssertSqlSafe(ctx.sink.begin(&ctx.consumer, &ctx.instance_id))).await?)
-}
-
 /// Applies the events before `index` in `tx`.
 async fn prefix(
-    ctx: &ShardCtx,
-    tx: &mut sqlx::PgConnection,
+    sink: &dyn TransactionalSink,
+    tx: &mut PgConnection,
     events: &[highwater_store::Event],
     index: usize,
 ) -> Result<(), SinkError> {
     if index == 0 {
         return Ok(());
     }
-    deliver(ctx, Some(tx), &events[..index]).await
+    sink.deliver(tx, &events[..index]).await
 }
 
 /// A webhook, log or SSE sink: no transaction is open while it works (at least once). After a
@@ -413,13 +409,15 @@ async fn prefix(
 /// sink does not use, and `next` receives it if the cursor update leaves it standing.
 async fn external(
     ctx: &ShardCtx,
-    conn: &mut sqlx::PgConnection,
+    sink: &dyn ExternalSink,
+    conn: &mut PgConnection,
     b: Pass<'_>,
     next: &mut Option<(Shard, Batch)>,
 ) -> Result<Outcome> {
     let delivery = async {
         let started = Instant::now();
-        let res = deliver(ctx, None, b.events).await;
+        let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id };
+        let res = sink.deliver(&mut d, b.events).await;
         ctx.handler_took(started);
         res
     };
@@ -470,15 +468,6 @@ async fn external(
             }
         }
     }
-}
-
-async fn deliver(
-    ctx: &ShardCtx,
-    tx: Option<&mut sqlx::PgConnection>,
-    events: &[highwater_store::Event],
-) -> Result<(), SinkError> {
-    let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx };
-    ctx.sink.deliver(&mut d, events).await
 }
 
 fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], index: usize, error: String) -> Failure {

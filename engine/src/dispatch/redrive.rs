@@ -5,9 +5,9 @@
 //! redrive or a replay is a delivery beside the stream, not a position in it.
 //!
 //! - A SQL sink: the request is marked redriven and the event applied in one transaction opened
-//!   like the live one (`Sink::begin`: the same settings; the apply sets the same tenant, role,
-//!   correlation and causation), so a kill before the commit leaves the request pending and
-//!   nothing applied: exactly once more.
+//!   like the live one (`TransactionalSink::begin`: the same settings; the apply sets the same
+//!   tenant, role, correlation and causation), so a kill before the commit leaves the request
+//!   pending and nothing applied: exactly once more.
 //! - An external sink: no transaction is open while it works; the mark follows the
 //!   acknowledgement, so a kill in between delivers it again with the same idempotency key
 //!   (consumer and event id), as live delivery does.
@@ -16,10 +16,10 @@
 //!   the error, and the request's later rows of the shard are not delivered (stream order).
 use std::time::Duration;
 
-use sqlx::Connection;
+use highwater_store::pg::PgConnection;
 
 use super::pass::{Claim, ShardCtx};
-use crate::sink::DeliveryContext;
+use crate::sink::{DeliveryContext, ExternalSink, Sink, TransactionalSink};
 use highwater_store::{
     Result,
     ops::{
@@ -100,8 +100,10 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
                 job.event_id(),
                 job.what()
             )),
-            Some(event) if ctx.sink.transactional() => transactional(ctx, claim, job, event).await?,
-            Some(event) => external(ctx, claim.lock.conn(), job, event).await?,
+            Some(event) => match &ctx.sink {
+                Sink::Transactional(sink) => transactional(ctx, &**sink, claim, job, event).await?,
+                Sink::External(sink) => external(ctx, &**sink, claim.lock.conn(), job, event).await?,
+            },
         };
         let conn = claim.lock.conn();
         match outcome {
@@ -153,7 +155,7 @@ impl Job {
     }
 
     /// Marks it done; false when it is no longer pending.
-    async fn mark_done(&self, ctx: &ShardCtx, conn: &mut sqlx::PgConnection) -> Result<bool> {
+    async fn mark_done(&self, ctx: &ShardCtx, conn: &mut PgConnection) -> Result<bool> {
         match self {
             Job::DeadLetter(d) => redrive::mark_redriven(conn, &ctx.consumer, &ctx.instance_id, d).await,
             Job::Replay(r) => replay::mark_replayed(conn, &ctx.instance_id, r).await,
@@ -165,29 +167,26 @@ impl Job {
 /// applied; `Err`: the sink's error, nothing applied.
 async fn transactional(
     ctx: &ShardCtx,
+    sink: &dyn TransactionalSink,
     claim: &mut Claim,
     job: &Job,
     event: &highwater_store::Event,
 ) -> Result<std::result::Result<bool, String>> {
     let conn = claim.lock.conn();
     if !claim.prepared {
-        if let Err(e) = ctx.sink.prepare(conn).await {
+        if let Err(e) = sink.prepare(conn).await {
             return Ok(Err(e.message));
         }
         claim.prepared = true;
     }
-    let mut tx = conn.begin_with(sqlx::AssertSqlSafe(ctx.sink.begin(&ctx.consumer, &ctx.instance_id))).await?;
+    let mut tx = sink.begin(conn, (&ctx.consumer, &ctx.instance_id)).await?;
     // The mark first: its row lock keeps a second delivery of this request out until this
     // transaction ends, and that one then finds it done.
     if !job.mark_done(ctx, &mut tx).await? {
         tx.rollback().await?;
         return Ok(Ok(false));
     }
-    let res = {
-        let mut dc = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx: Some(&mut *tx) };
-        ctx.sink.deliver(&mut dc, std::slice::from_ref(event)).await
-    };
-    match res {
+    match sink.deliver(&mut tx, std::slice::from_ref(event)).await {
         Ok(()) => {
             tx.commit().await?;
             Ok(Ok(true))
@@ -202,12 +201,13 @@ async fn transactional(
 /// The sink works with no transaction open; the mark follows its acknowledgement.
 async fn external(
     ctx: &ShardCtx,
-    conn: &mut sqlx::PgConnection,
+    sink: &dyn ExternalSink,
+    conn: &mut PgConnection,
     job: &Job,
     event: &highwater_store::Event,
 ) -> Result<std::result::Result<bool, String>> {
-    let mut dc = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, tx: None };
-    match ctx.sink.deliver(&mut dc, std::slice::from_ref(event)).await {
+    let mut dc = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id };
+    match sink.deliver(&mut dc, std::slice::from_ref(event)).await {
         Ok(()) => Ok(Ok(job.mark_done(ctx, conn).await?)),
         Err(e) => Ok(Err(e.message)),
     }

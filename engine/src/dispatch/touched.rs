@@ -15,9 +15,9 @@
 //! fence has ended, so no event can appear between them after the read.
 use std::{collections::VecDeque, sync::Mutex};
 
-use sqlx::PgPool;
+use highwater_store::pg::PgPool;
 
-use highwater_store::{Position, Result};
+use highwater_store::{Position, Result, head};
 
 /// At most this many events read per head move; a bigger jump (a bulk load, the first read)
 /// forgets the log instead: the workers behind it then run their passes as without it.
@@ -96,24 +96,9 @@ impl Touched {
 }
 
 /// The distinct types of the events in `(from, to]`; `None` when there are more than
-/// [`MAX_EVENTS`] of them. `tx_id >= from.tx` and `<= to.tx` are the index conditions; the row
-/// comparisons then refine them.
+/// [`MAX_EVENTS`] of them.
 async fn read_types(pool: &PgPool, from: Position, to: Position) -> Result<Option<Vec<String>>> {
-    let (types, over): (Vec<String>, bool) = sqlx::query_as(
-        "SELECT coalesce(array_agg(DISTINCT r.event_type), '{}'), count(*) > $5
-           FROM (SELECT e.event_type FROM highwater.events e
-                  WHERE e.tx_id >= $1 AND (e.tx_id, e.id) > ($1, $2)
-                    AND e.tx_id <= $3 AND (e.tx_id, e.id) <= ($3, $4)
-                  LIMIT $5 + 1) r",
-    )
-    .bind(from.xid8())
-    .bind(from.id)
-    .bind(to.xid8())
-    .bind(to.id)
-    .bind(MAX_EVENTS)
-    .fetch_one(pool)
-    .await?;
-    Ok((!over).then_some(types))
+    head::types_between(pool, from, to, MAX_EVENTS).await
 }
 
 #[cfg(test)]

@@ -7,12 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use highwater_store::fence;
-use sqlx::{PgPool, Row, postgres::PgListener};
+use highwater_store::pg::PgPool;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use highwater_store::{Position, Result, Xid8, sleepers};
+use highwater_store::{Position, Result, Xid8, head, notify::Listener, sleepers};
 
 pub use highwater_store::notify::{CONTROL_CHANNEL, EVENTS_CHANNEL};
 
@@ -27,23 +26,8 @@ pub async fn read_head(pool: &PgPool) -> Result<Head> {
     Ok(read(pool).await?.head)
 }
 
-/// The head read: fence, snapshot xmax, newest event below the fence, and whether any event
-/// waits at or above it. Public for tests that look at its plan.
-pub const HEAD_QUERY: &str = concat!(
-    "WITH s AS MATERIALIZED (SELECT ",
-    fence!(),
-    " AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS xmax)
-         SELECT h.tx_id AS tx, h.id, s.fence, s.xmax,
-                -- Not EXISTS: PostgreSQL drops an EXISTS query's ORDER BY and LIMIT, estimates a
-                -- third of the table above an unknown fence and scans every row of the newest
-                -- partition when none is pending (48 ms at 120,000 rows). In order, the index
-                -- stops at the first row at or above the fence.
-                (SELECT tx_id FROM highwater.events WHERE tx_id >= s.fence
-                  ORDER BY tx_id LIMIT 1) IS NOT NULL AS pending
-           FROM s
-           LEFT JOIN LATERAL (SELECT tx_id, id FROM highwater.events WHERE tx_id < s.fence
-                               ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true"
-);
+/// The head read (the store's `head::HEAD_QUERY`). Here too for tests that look at its plan.
+pub use highwater_store::head::HEAD_QUERY;
 
 /// A head read and the snapshot it was read in.
 struct Read {
@@ -55,15 +39,11 @@ struct Read {
 }
 
 async fn read(pool: &PgPool) -> Result<Read> {
-    let row = sqlx::query(HEAD_QUERY).fetch_one(pool).await?;
-    let position = match row.try_get::<Option<Xid8>, _>("tx")? {
-        Some(tx) => Some(Position::from((tx, row.try_get("id")?))),
-        None => None,
-    };
+    let h = head::read(pool).await?;
     Ok(Read {
-        head: Head { position, pending_above_fence: row.try_get("pending")? },
-        fence: row.try_get("fence")?,
-        xmax: row.try_get("xmax")?,
+        head: Head { position: h.position, pending_above_fence: h.pending_above_fence },
+        fence: h.fence,
+        xmax: h.xmax,
     })
 }
 
@@ -94,10 +74,10 @@ pub async fn listen(pool: PgPool, signals: Arc<Signals>, stop: CancellationToken
         loop {
             let next = tokio::select! {
                 _ = stop.cancelled() => return,
-                n = listener.try_recv() => n,
+                n = listener.recv() => n,
             };
             match next {
-                Ok(Some(n)) if n.channel() == CONTROL_CHANNEL => signals.control.send_modify(|g| *g += 1),
+                Ok(Some(n)) if n.channel == CONTROL_CHANNEL => signals.control.send_modify(|g| *g += 1),
                 Ok(Some(_)) => signals.events.notify_one(),
                 Ok(None) | Err(_) => break,
             }
@@ -107,10 +87,9 @@ pub async fn listen(pool: PgPool, signals: Arc<Signals>, stop: CancellationToken
     }
 }
 
-async fn connect(pool: &PgPool) -> Result<PgListener> {
-    let mut l = PgListener::connect_with(pool).await?;
-    l.eager_reconnect(false);
-    l.listen_all([EVENTS_CHANNEL, CONTROL_CHANNEL]).await?;
+async fn connect(pool: &PgPool) -> Result<Listener> {
+    let mut l = Listener::connect(pool).await?;
+    l.listen(&[EVENTS_CHANNEL, CONTROL_CHANNEL]).await?;
     Ok(l)
 }
 

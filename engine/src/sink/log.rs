@@ -7,7 +7,7 @@ use std::{
 use async_trait::async_trait;
 use highwater_crds::LogSink as LogSinkSpec;
 
-use super::{DeliveryContext, Sink, SinkError, envelope::Envelope};
+use super::{DeliveryContext, ExternalSink, SinkError, envelope::Envelope};
 use highwater_store::{Error, Event, Result};
 
 /// Writes one JSON line per event to stdout, stderr or a file (appended).
@@ -33,7 +33,7 @@ impl LogSink {
 }
 
 #[async_trait]
-impl Sink for LogSink {
+impl ExternalSink for LogSink {
     fn kind(&self) -> &'static str {
         "log"
     }

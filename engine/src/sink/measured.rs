@@ -3,32 +3,50 @@
 use std::{sync::Arc, time::Instant};
 
 use async_trait::async_trait;
-use sqlx::PgConnection;
+use highwater_store::pg::{PgConnection, Postgres, Transaction};
 
-use super::{Applied, DeliveryContext, Sink, SinkError};
+use super::{Applied, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink};
 use crate::metrics::{Metrics, SinkLabels};
-use highwater_store::{Event, shards::Advance};
+use highwater_store::{Event, Result, shards::Advance};
 
-pub struct Measured {
-    inner: Arc<dyn Sink>,
+/// `inner` and where it counts.
+pub struct Measured<S: ?Sized> {
+    inner: Arc<S>,
     metrics: Arc<Metrics>,
     labels: SinkLabels,
 }
 
-/// `inner`, counting into `metrics` under `consumer`.
-pub fn measured(inner: Arc<dyn Sink>, metrics: Arc<Metrics>, consumer: &str) -> Arc<dyn Sink> {
+/// `inner`, counting into `metrics` under `consumer`; of the same kind.
+pub fn measured(inner: Sink, metrics: Arc<Metrics>, consumer: &str) -> Sink {
     let labels = SinkLabels { consumer: consumer.to_owned(), sink: inner.kind().to_owned() };
-    Arc::new(Measured { inner, metrics, labels })
+    match inner {
+        Sink::Transactional(inner) => Sink::Transactional(Arc::new(Measured { inner, metrics, labels })),
+        Sink::External(inner) => Sink::External(Arc::new(Measured { inner, metrics, labels })),
+    }
 }
 
 #[async_trait]
-impl Sink for Measured {
+impl ExternalSink for Measured<dyn ExternalSink> {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
 
-    fn transactional(&self) -> bool {
-        self.inner.transactional()
+    fn needs_bodies(&self) -> bool {
+        self.inner.needs_bodies()
+    }
+
+    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
+        let started = Instant::now();
+        let res = self.inner.deliver(ctx, events).await;
+        self.observe(started, res.is_ok());
+        res
+    }
+}
+
+#[async_trait]
+impl TransactionalSink for Measured<dyn TransactionalSink> {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
     }
 
     fn needs_bodies(&self) -> bool {
@@ -39,13 +57,13 @@ impl Sink for Measured {
         self.inner.prepare(conn).await
     }
 
-    fn begin(&self, consumer: &str, instance_id: &str) -> String {
-        self.inner.begin(consumer, instance_id)
+    async fn begin<'c>(&self, conn: &'c mut PgConnection, who: (&str, &str)) -> Result<Transaction<'c, Postgres>> {
+        self.inner.begin(conn, who).await
     }
 
-    async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
+    async fn deliver(&self, tx: &mut PgConnection, events: &[Event]) -> Result<(), SinkError> {
         let started = Instant::now();
-        let res = self.inner.deliver(ctx, events).await;
+        let res = self.inner.deliver(tx, events).await;
         self.observe(started, res.is_ok());
         res
     }
@@ -56,7 +74,7 @@ impl Sink for Measured {
         who: (&str, &str),
         events: &[Event],
         advance: &Advance<'_>,
-    ) -> highwater_store::Result<Applied> {
+    ) -> Result<Applied> {
         let started = Instant::now();
         let res = self.inner.deliver_and_advance(conn, who, events, advance).await;
         self.observe(started, matches!(res, Ok(Applied::Moved(_) | Applied::Refused)));
@@ -64,7 +82,7 @@ impl Sink for Measured {
     }
 }
 
-impl Measured {
+impl<S: ?Sized> Measured<S> {
     fn observe(&self, started: Instant, ok: bool) {
         if ok {
             self.metrics.sink_publish.get_or_create(&self.labels).observe(started.elapsed().as_secs_f64());
@@ -78,37 +96,69 @@ impl Measured {
 mod tests {
     use super::*;
 
-    /// A sink that differs from every default of the trait.
+    /// A transactional sink that differs from every default of the trait.
     struct Peculiar;
 
     #[async_trait]
-    impl Sink for Peculiar {
+    impl TransactionalSink for Peculiar {
         fn kind(&self) -> &'static str {
             "peculiar"
-        }
-        fn transactional(&self) -> bool {
-            true
         }
         fn needs_bodies(&self) -> bool {
             false
         }
-        fn begin(&self, consumer: &str, instance_id: &str) -> String {
-            format!("BEGIN; -- {consumer} {instance_id}")
+        async fn prepare(&self, _conn: &mut PgConnection) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn begin<'c>(
+            &self,
+            _conn: &'c mut PgConnection,
+            _who: (&str, &str),
+        ) -> Result<Transaction<'c, Postgres>> {
+            unreachable!("not called without a connection")
+        }
+        async fn deliver(&self, _tx: &mut PgConnection, _events: &[Event]) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn deliver_and_advance(
+            &self,
+            _conn: &mut PgConnection,
+            _who: (&str, &str),
+            _events: &[Event],
+            _advance: &Advance<'_>,
+        ) -> Result<Applied> {
+            Ok(Applied::Refused)
+        }
+    }
+
+    /// An external sink that differs from every default of the trait.
+    struct Quiet;
+
+    #[async_trait]
+    impl ExternalSink for Quiet {
+        fn kind(&self) -> &'static str {
+            "quiet"
+        }
+        fn needs_bodies(&self) -> bool {
+            false
         }
         async fn deliver(&self, _ctx: &mut DeliveryContext<'_>, _events: &[Event]) -> Result<(), SinkError> {
             Ok(())
         }
     }
 
-    /// The wrapper must pass every method through: a SQL sink whose `needs_bodies` and
-    /// `prepare` were swallowed failed every batch once wrapped; one whose `begin` was swallowed
-    /// would run without its statement_timeout. (`prepare` and `deliver_and_advance` need a
-    /// connection; their forwarding is covered by every SQL sink test, which runs through this
-    /// wrapper.)
+    /// The wrapper must keep the kind and pass every method through: a SQL sink whose
+    /// `needs_bodies` and `prepare` were swallowed failed every batch once wrapped; one whose
+    /// `begin` was swallowed would run without its statement_timeout. (`prepare`, `begin` and
+    /// `deliver_and_advance` need a connection; their forwarding is covered by every SQL sink
+    /// test, which runs through this wrapper.)
     #[test]
     fn the_wrapper_forwards_every_method() {
-        let m = measured(Arc::new(Peculiar), Arc::new(Metrics::default()), "c");
-        assert_eq!((m.kind(), m.transactional(), m.needs_bodies()), ("peculiar", true, false));
-        assert_eq!(m.begin("c", "i"), "BEGIN; -- c i");
+        let m = measured(Sink::Transactional(Arc::new(Peculiar)), Arc::new(Metrics::default()), "c");
+        assert!(matches!(m, Sink::Transactional(_)), "a transactional sink stays transactional");
+        assert_eq!((m.kind(), m.needs_bodies()), ("peculiar", false));
+        let m = measured(Sink::External(Arc::new(Quiet)), Arc::new(Metrics::default()), "c");
+        assert!(matches!(m, Sink::External(_)), "an external sink stays external");
+        assert_eq!((m.kind(), m.needs_bodies()), ("quiet", false));
     }
 }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use highwater_crds::{MAX_BATCH_SIZE, NATS_SUBJECT_FIELDS, NatsSink as NatsSinkSpec, RecordValue};
 
 use super::{
-    DeliveryContext, Sink, SinkError,
+    DeliveryContext, ExternalSink, SinkError,
     record::{self, Template},
     secret,
 };
@@ -182,7 +182,7 @@ fn subject_ok(s: &str) -> bool {
 }
 
 #[async_trait]
-impl Sink for NatsSink {
+impl ExternalSink for NatsSink {
     fn kind(&self) -> &'static str {
         "nats"
     }

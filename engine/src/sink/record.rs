@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn headers_carry_the_event_and_leave_absent_values_out() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", tx: None };
+        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__" };
         let h = headers(&ctx, &event());
         let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("highwater-event-id"), Some("42"));

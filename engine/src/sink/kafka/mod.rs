@@ -18,7 +18,7 @@ use rdkafka::{
 };
 
 use super::{
-    DeliveryContext, Sink, SinkError,
+    DeliveryContext, ExternalSink, SinkError,
     record::{self, Template},
 };
 use highwater_store::{Error, Event, Result};
@@ -135,7 +135,7 @@ fn topic_name(t: &str) -> Result<(), String> {
 }
 
 #[async_trait]
-impl Sink for KafkaSink {
+impl ExternalSink for KafkaSink {
     fn kind(&self) -> &'static str {
         "kafka"
     }

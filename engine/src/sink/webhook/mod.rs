@@ -15,7 +15,7 @@ use reqwest::{
     redirect,
 };
 
-use super::{DeliveryContext, Sink, SinkError, envelope::Envelope, idempotency_key, trace};
+use super::{DeliveryContext, ExternalSink, SinkError, envelope::Envelope, idempotency_key, trace};
 use highwater_store::{Error, Event, Result};
 
 mod signature;
@@ -123,7 +123,7 @@ impl WebhookSink {
 }
 
 #[async_trait]
-impl Sink for WebhookSink {
+impl ExternalSink for WebhookSink {
     fn kind(&self) -> &'static str {
         "webhook"
     }
