@@ -442,8 +442,8 @@ CREATE FUNCTION highwater.applied_bound(p_consumer text, p_instance text DEFAULT
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-    v_fence    xid8 := pg_snapshot_xmin(pg_current_snapshot());
-    v_bound    xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    v_fence    xid8 := highwater.fence();
+    v_bound    xid8 := highwater.fence();
     v_types    text[];
     v_shared   boolean;
     v_tx       xid8;
@@ -542,7 +542,7 @@ BEGIN
     END IF;
     -- Skip what nothing can be written into any more: below the fence every transaction has
     -- finished, and the tail (which held [v_top, ...)) is empty up to here.
-    v_top := greatest(v_top, pg_snapshot_xmin(pg_current_snapshot()));
+    v_top := greatest(v_top, highwater.fence());
     WHILE v_top::text::numeric < v_target LOOP
         v_hi := (v_top::text::numeric + v_width)::text::xid8;
         v_name := format('events_%s', v_top);
@@ -667,7 +667,7 @@ BEGIN
          WHERE e.event_type = p_types[1]
            AND (e.tx_id, e.id) > (p_tx, p_id)
            AND e.tx_id >= p_tx
-           AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+           AND e.tx_id < highwater.fence()
            AND NOT (e.id = ANY (p_skip))
          ORDER BY e.tx_id, e.id
          LIMIT p_limit;
@@ -681,7 +681,7 @@ BEGIN
              WHERE e.event_type = t.t
                AND (e.tx_id, e.id) > (p_tx, p_id)
                AND e.tx_id >= p_tx
-               AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+               AND e.tx_id < highwater.fence()
                AND NOT (e.id = ANY (p_skip))
              ORDER BY e.tx_id, e.id
              LIMIT p_limit) e
@@ -693,7 +693,7 @@ BEGIN
     SELECT * FROM highwater.events e
      WHERE (e.tx_id, e.id) > (p_tx, p_id)
        AND e.tx_id >= p_tx
-       AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND e.tx_id < highwater.fence()
        AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
        -- Seen by a read model's bootstrap (consumer_shards.bootstrap_seen): passed over.
        AND NOT (e.id = ANY (p_skip))
@@ -701,6 +701,14 @@ BEGIN
      LIMIT p_limit;
 END
 $$;
+
+--
+-- Name: fence(); Type: FUNCTION; Schema: highwater; Owner: -
+--
+
+CREATE FUNCTION highwater.fence() RETURNS xid8
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN pg_snapshot_xmin(pg_current_snapshot());
 
 --
 -- Name: is_shared_shard(text); Type: FUNCTION; Schema: highwater; Owner: -
@@ -1022,7 +1030,7 @@ BEGIN
              WHERE e.event_type = t.t
                AND (e.tx_id, e.id) > (p_tx, p_id)
                AND e.tx_id >= p_tx
-               AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+               AND e.tx_id < highwater.fence()
                AND (p_until_tx IS NULL OR (e.tx_id <= p_until_tx AND (e.tx_id, e.id) <= (p_until_tx, p_until_id)))
                AND (p_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, p_parts) = p_part)
                AND NOT (e.id = ANY (p_skip))
@@ -1036,7 +1044,7 @@ BEGIN
     SELECT * FROM highwater.events e
      WHERE (e.tx_id, e.id) > (p_tx, p_id)
        AND e.tx_id >= p_tx
-       AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND e.tx_id < highwater.fence()
        AND (p_until_tx IS NULL OR (e.tx_id <= p_until_tx AND (e.tx_id, e.id) <= (p_until_tx, p_until_id)))
        AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
        AND (p_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, p_parts) = p_part)
