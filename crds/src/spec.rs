@@ -197,11 +197,26 @@ pub enum DeletionPolicy {
     Retain,
 }
 
+/// `consumers.delivery` (text, checked by the schema): the store decodes it and binds it as this
+/// enum, never spells it in a statement.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "sqlx", derive(sqlx::Type), sqlx(type_name = "text"))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Encode, sqlx::Decode))]
 pub enum Delivery {
     Shared,
     PerInstance,
+}
+
+// `text` by its built-in OID (what `#[sqlx(type_name = "text")]` would look up by name, one
+// catalog query per connection before the first statement that binds a delivery mode).
+#[cfg(feature = "sqlx")]
+impl sqlx::Type<sqlx::Postgres> for Delivery {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
 }
 
 impl Delivery {

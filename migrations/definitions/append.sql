@@ -27,8 +27,15 @@
 -- Event versions (20261205000000_event_type_versions.sql): the event records its type's latest
 -- version (event_types.latest_version, NULL while the type has only version 1), read from the
 -- registry row the common path reads anyway: no cost added. `json_schema` is the latest version's
--- schema. Appending an earlier version: the overload with p_schema_version
--- (append_schema_version.sql).
+-- schema. Appending an earlier version: the overload with p_schema_version.
+--
+-- The body (issue 45): this form is the eight-argument overload with p_schema_version NULL
+-- (append_schema_version.sql), which holds the checks, the fast path and the inserts described
+-- here; the two were copies of each other. It calls that one rather than being a LANGUAGE sql
+-- wrapper: a SQL function inlined into the caller's query would run with the caller's rights and
+-- so need EXECUTE on the eight-argument form, which roles granted only this one (before it
+-- existed) do not have; as SECURITY DEFINER it is not inlined anyway. The call costs one PL/pgSQL
+-- call per append (docs/benchmarks.md, "One append body").
 --
 -- History: 20261130000002_append.sql (the first, with SET search_path and a unique index on
 -- events for the expected version), 20261201000020_partitioned_events.sql (the head row of
@@ -45,135 +52,13 @@ CREATE OR REPLACE FUNCTION highwater.append(
 ) RETURNS bigint
 LANGUAGE plpgsql
 -- Runs with the owner's rights, so a writer needs only EXECUTE (and USAGE on the schema), never
--- direct rights on highwater.events: every event goes through these checks. No SET clause: every
--- name below is qualified instead (see the top of this file).
+-- direct rights on highwater.events (nor EXECUTE on the eight-argument form it calls). No SET
+-- clause: the one name below is qualified, as are all of the body's.
 SECURITY DEFINER
 AS $$
-DECLARE
-    v_known   boolean;
-    v_schema  pg_catalog.jsonb;
-    v_err     pg_catalog.text;
-    v_meta    pg_catalog.jsonb := coalesce(p_metadata, '{}'::pg_catalog.jsonb);
-    v_setting pg_catalog.text;
-    v_tenant  pg_catalog.text := p_tenant_id;
-    v_current bigint;
-    v_version bigint;
-    v_head_tx pg_catalog.xid8;
-    v_id      bigint;
-    v_latest  integer;
 BEGIN
-    -- The size limits (append_limits.sql, which says why and raises HW030): tested inline, so an
-    -- append within them pays four length reads and no function call. A payload that reached
-    -- here compressed (passed from a table's column) is measured uncompressed there.
-    IF pg_catalog.octet_length(p_stream_type) OPERATOR(pg_catalog.>) 200
-       OR pg_catalog.octet_length(p_stream_id) OPERATOR(pg_catalog.>) 1024
-       OR pg_catalog.octet_length(p_event_type) OPERATOR(pg_catalog.>) 200
-       OR pg_catalog.pg_column_size(p_payload) OPERATOR(pg_catalog.>) 67108864
-       OR pg_catalog.pg_column_compression(p_payload) IS NOT NULL THEN
-        PERFORM highwater.append_limits(p_stream_type, p_stream_id, p_event_type, p_payload);
-    END IF;
-    IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
-       OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) ''
-       OR p_payload IS NULL
-       OR pg_catalog.jsonb_typeof(v_meta) OPERATOR(pg_catalog.<>) 'object' THEN
-        -- The error path: an unknown type is reported first, as it always was.
-        PERFORM FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
-        IF NOT FOUND THEN
-            PERFORM highwater.unknown_event_type(p_event_type);
-        END IF;
-        IF p_stream_type IS NULL OR p_stream_type OPERATOR(pg_catalog.=) ''
-           OR p_stream_id IS NULL OR p_stream_id OPERATOR(pg_catalog.=) '' THEN
-            RAISE EXCEPTION 'stream type and stream id must not be empty'
-                USING ERRCODE = 'HW002', HINT = 'pass the aggregate type and its id, e.g. (''order'', ''42'')';
-        END IF;
-        IF p_payload IS NULL THEN
-            RAISE EXCEPTION 'payload of event type "%" is NULL', p_event_type
-                USING ERRCODE = 'HW002', HINT = 'pass a JSON value; use ''{}'' for an event without data';
-        END IF;
-        RAISE EXCEPTION 'metadata must be a JSON object, got %', pg_catalog.jsonb_typeof(v_meta)
-            USING ERRCODE = 'HW002';
-    END IF;
-
-    -- A handler running inside a SQL sink sets these, so what it appends is linked to its cause.
-    IF NOT v_meta OPERATOR(pg_catalog.?) 'correlation_id' THEN
-        v_setting := pg_catalog.current_setting('highwater.correlation_id', true);
-        IF v_setting IS NULL OR v_setting OPERATOR(pg_catalog.=) '' THEN
-            v_setting := pg_catalog.gen_random_uuid()::pg_catalog.text;
-        END IF;
-        v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('correlation_id', v_setting);
-    END IF;
-    IF NOT v_meta OPERATOR(pg_catalog.?) 'causation_id' THEN
-        v_setting := pg_catalog.current_setting('highwater.causation_id', true);
-        IF v_setting OPERATOR(pg_catalog.<>) '' THEN
-            v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('causation_id', v_setting);
-        END IF;
-    END IF;
-    IF v_tenant IS NULL THEN
-        v_tenant := pg_catalog.current_setting('highwater.tenant_id', true);
-        IF v_tenant OPERATOR(pg_catalog.=) '' THEN
-            v_tenant := NULL;
-        END IF;
-    END IF;
-
-    IF p_expected_version IS NULL THEN
-        -- The common case in one statement: inserts nothing when the type is unknown or has a
-        -- schema to check (the slow path below).
-        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata,
-                                      schema_version)
-        SELECT p_stream_type, p_stream_id, t.event_type, v_tenant, p_payload, v_meta, t.latest_version
-          FROM highwater.event_types t
-         WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type AND t.json_schema IS NULL
-        RETURNING id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            RETURN v_id;
-        END IF;
-    END IF;
-
-    SELECT true, t.json_schema, t.latest_version INTO v_known, v_schema, v_latest
-      FROM highwater.event_types t WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type;
-    IF v_known IS NULL THEN
-        PERFORM highwater.unknown_event_type(p_event_type);
-    END IF;
-    IF v_schema IS NOT NULL THEN
-        v_err := highwater.json_schema_check(v_schema, p_payload);
-        IF v_err IS NOT NULL THEN
-            RAISE EXCEPTION 'payload of event type "%" fails its JSON Schema: %', p_event_type, v_err
-                USING ERRCODE = 'HW002',
-                      HINT = pg_catalog.format('fix the payload, or register a new version with '
-                                               '`highwater event-types register %s --version N --schema FILE`',
-                                               p_event_type);
-        END IF;
-    END IF;
-
-    IF p_expected_version IS NULL THEN
-        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata,
-                                      schema_version)
-        VALUES (p_stream_type, p_stream_id, p_event_type, v_tenant, p_payload, v_meta, v_latest)
-        RETURNING id INTO v_id;
-        RETURN v_id;
-    END IF;
-
-    -- The stream's head row: one index probe whatever the partitions.
-    SELECT s.version, s.tx_id INTO v_current, v_head_tx FROM highwater.stream_versions s
-     WHERE s.stream_type OPERATOR(pg_catalog.=) p_stream_type
-       AND s.stream_id OPERATOR(pg_catalog.=) p_stream_id;
-    IF coalesce(v_current, 0) OPERATOR(pg_catalog.<>) p_expected_version THEN
-        RAISE EXCEPTION 'stream %/% is at version %, expected %',
-            p_stream_type, p_stream_id, coalesce(v_current, 0), p_expected_version
-            USING ERRCODE = 'HW003',
-                  HINT = 'another writer appended first: reload the stream and retry';
-    END IF;
-    v_version := p_expected_version OPERATOR(pg_catalog.+) 1;
-    -- The stream-order tx_id is computed here, before the insert, so that the row is routed to
-    -- the partition of that tx_id; the trigger events_advance_stream_version moves the head and
-    -- refuses (HW003) if another writer took this version meanwhile. GREATEST compares with the
-    -- type's default ordering, not an operator looked up by name.
-    INSERT INTO highwater.events
-        (tx_id, stream_type, stream_id, stream_version, event_type, tenant_id, payload, metadata, schema_version)
-    VALUES (greatest(pg_catalog.pg_current_xact_id(), v_head_tx), p_stream_type, p_stream_id,
-            v_version, p_event_type, v_tenant, p_payload, v_meta, v_latest)
-    RETURNING id INTO v_id;
-    RETURN v_id;
+    RETURN highwater.append(p_stream_type, p_stream_id, p_event_type, p_payload, p_metadata, p_tenant_id,
+                            p_expected_version, NULL::pg_catalog.int4);
 END
 $$;
 

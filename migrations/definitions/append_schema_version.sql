@@ -2,12 +2,13 @@
 -- none with a default (a default here would make every shorter call of the seven-argument
 -- append ambiguous). p_schema_version NULL is the type's latest version, as the seven-argument
 -- form; an earlier registered version is checked against its own schema and recorded; a version
--- that is not registered is HW004. The seven-argument form (append.sql) stays for every caller
--- that does not name a version, binaries of 0.4.0 included, with its one-statement fast path;
--- this one has none (it looks the version up).
+-- that is not registered is HW004.
 --
--- Everything else is append.sql's, point by point (read its header): same checks in the same
--- order, same qualified names, SECURITY DEFINER without a SET clause.
+-- The one body of both appends (issue 45): the seven-argument form (append.sql), which every
+-- caller that does not name a version uses, binaries of 0.4.0 included, calls this one with
+-- p_schema_version NULL. Its one-statement fast path is here, taken when neither an expected
+-- version nor a schema version is asked for. Why it is written as it is (no SET clause, every
+-- name qualified, the fast path, each setting read once): the header of append.sql.
 CREATE OR REPLACE FUNCTION highwater.append(
     p_stream_type      text,
     p_stream_id        text,
@@ -21,7 +22,7 @@ CREATE OR REPLACE FUNCTION highwater.append(
 LANGUAGE plpgsql
 -- Runs with the owner's rights, so a writer needs only EXECUTE (and USAGE on the schema), never
 -- direct rights on highwater.events: every event goes through these checks. No SET clause: every
--- name below is qualified instead (see the top of this file).
+-- name below is qualified instead (see the top of append.sql).
 SECURITY DEFINER
 AS $$
 DECLARE
@@ -87,6 +88,20 @@ BEGIN
         v_tenant := pg_catalog.current_setting('highwater.tenant_id', true);
         IF v_tenant OPERATOR(pg_catalog.=) '' THEN
             v_tenant := NULL;
+        END IF;
+    END IF;
+
+    IF p_expected_version IS NULL AND p_schema_version IS NULL THEN
+        -- The common case in one statement: inserts nothing when the type is unknown or has a
+        -- schema to check (the slow path below).
+        INSERT INTO highwater.events (stream_type, stream_id, event_type, tenant_id, payload, metadata,
+                                      schema_version)
+        SELECT p_stream_type, p_stream_id, t.event_type, v_tenant, p_payload, v_meta, t.latest_version
+          FROM highwater.event_types t
+         WHERE t.event_type OPERATOR(pg_catalog.=) p_event_type AND t.json_schema IS NULL
+        RETURNING id INTO v_id;
+        IF v_id IS NOT NULL THEN
+            RETURN v_id;
         END IF;
     END IF;
 

@@ -16,8 +16,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_fence    xid8 := pg_snapshot_xmin(pg_current_snapshot());
-    v_bound    xid8 := pg_snapshot_xmin(pg_current_snapshot());
+    v_fence    xid8 := highwater.fence();
+    v_bound    xid8 := highwater.fence();
     v_types    text[];
     v_shared   boolean;
     v_tx       xid8;

@@ -58,7 +58,7 @@ BEGIN
     END IF;
     -- Skip what nothing can be written into any more: below the fence every transaction has
     -- finished, and the tail (which held [v_top, ...)) is empty up to here.
-    v_top := greatest(v_top, pg_snapshot_xmin(pg_current_snapshot()));
+    v_top := greatest(v_top, highwater.fence());
     WHILE v_top::text::numeric < v_target LOOP
         v_hi := (v_top::text::numeric + v_width)::text::xid8;
         v_name := format('events_%s', v_top);

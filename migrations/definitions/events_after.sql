@@ -44,7 +44,7 @@ BEGIN
          WHERE e.event_type = p_types[1]
            AND (e.tx_id, e.id) > (p_tx, p_id)
            AND e.tx_id >= p_tx
-           AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+           AND e.tx_id < highwater.fence()
            AND NOT (e.id = ANY (p_skip))
          ORDER BY e.tx_id, e.id
          LIMIT p_limit;
@@ -58,7 +58,7 @@ BEGIN
              WHERE e.event_type = t.t
                AND (e.tx_id, e.id) > (p_tx, p_id)
                AND e.tx_id >= p_tx
-               AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+               AND e.tx_id < highwater.fence()
                AND NOT (e.id = ANY (p_skip))
              ORDER BY e.tx_id, e.id
              LIMIT p_limit) e
@@ -70,7 +70,7 @@ BEGIN
     SELECT * FROM highwater.events e
      WHERE (e.tx_id, e.id) > (p_tx, p_id)
        AND e.tx_id >= p_tx
-       AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND e.tx_id < highwater.fence()
        AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
        -- Seen by a read model's bootstrap (consumer_shards.bootstrap_seen): passed over.
        AND NOT (e.id = ANY (p_skip))

@@ -25,7 +25,7 @@ BEGIN
              WHERE e.event_type = t.t
                AND (e.tx_id, e.id) > (p_tx, p_id)
                AND e.tx_id >= p_tx
-               AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+               AND e.tx_id < highwater.fence()
                AND (p_until_tx IS NULL OR (e.tx_id <= p_until_tx AND (e.tx_id, e.id) <= (p_until_tx, p_until_id)))
                AND (p_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, p_parts) = p_part)
                AND NOT (e.id = ANY (p_skip))
@@ -39,7 +39,7 @@ BEGIN
     SELECT * FROM highwater.events e
      WHERE (e.tx_id, e.id) > (p_tx, p_id)
        AND e.tx_id >= p_tx
-       AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+       AND e.tx_id < highwater.fence()
        AND (p_until_tx IS NULL OR (e.tx_id <= p_until_tx AND (e.tx_id, e.id) <= (p_until_tx, p_until_id)))
        AND (cardinality(p_types) = 0 OR e.event_type = ANY (p_types))
        AND (p_parts IS NULL OR highwater.stream_partition(e.stream_type, e.stream_id, p_parts) = p_part)

@@ -3,6 +3,7 @@
 //! (`migrations/20261201000010_read_your_writes.sql`, docs/read-your-writes.md).
 use std::{fmt, str::FromStr};
 
+use highwater_crds::Delivery;
 use sqlx::{PgConnection, PgPool, postgres::PgDatabaseError};
 
 use super::events::append_query;
@@ -130,12 +131,13 @@ pub async fn bounds(pool: &PgPool, keys: &[(String, Option<String>)]) -> Result<
         keys.iter().map(|(c, i)| (c.as_str(), i.as_deref())).unzip();
     let rows: Vec<BoundRow> = sqlx::query_as(
         "SELECT k.consumer, k.instance, highwater.applied_bound(k.consumer, k.instance),
-                pg_snapshot_xmax(pg_current_snapshot()), coalesce(c.delivery = 'Shared', false)
+                pg_snapshot_xmax(pg_current_snapshot()), coalesce(c.delivery = $3, false)
            FROM unnest($1::text[], $2::text[]) AS k(consumer, instance)
            LEFT JOIN highwater.consumers c ON c.name = k.consumer",
     )
     .bind(consumers)
     .bind(instances)
+    .bind(Delivery::Shared)
     .fetch_all(pool)
     .await?;
     let next = rows.first().map_or(Xid8(0), |r| r.3);
@@ -151,12 +153,13 @@ pub async fn explain_pending(pool: &PgPool, consumer: &str, instance: Option<&st
         "SELECT s.instance_id, s.status, s.cursor_tx, s.cursor_id, s.last_error
            FROM highwater.consumer_shards s JOIN highwater.consumers c ON c.name = s.consumer
           WHERE s.consumer = $1
-            AND CASE WHEN c.delivery = 'Shared' THEN highwater.is_shared_shard(s.instance_id)
+            AND CASE WHEN c.delivery = $3 THEN highwater.is_shared_shard(s.instance_id)
                      ELSE $2::text IS NULL OR s.instance_id = $2 END
           ORDER BY s.instance_id",
     )
     .bind(consumer)
     .bind(instance)
+    .bind(Delivery::Shared)
     .fetch_all(pool)
     .await?;
     if rows.is_empty() {

@@ -268,14 +268,16 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         }
         let was_suspended = existing.as_ref().is_some_and(|e| e.2);
         if d.spec.suspend != was_suspended {
-            let to = if d.spec.suspend { "disabled" } else { "idle" };
+            let to = if d.spec.suspend { shards::Status::Disabled } else { shards::Status::Idle };
             sqlx::query(
                 "UPDATE highwater.consumer_shards SET status = $2, updated_at = now()
-                  WHERE consumer = $1 AND (($2 = 'disabled' AND status <> 'disabled')
-                        OR ($2 = 'idle' AND status = 'disabled' AND NOT bootstrap_pending))",
+                  WHERE consumer = $1 AND (($2 = $3 AND status <> $3)
+                        OR ($2 = $4 AND status = $3 AND NOT bootstrap_pending))",
             )
             .bind(&d.name)
             .bind(to)
+            .bind(shards::Status::Disabled)
+            .bind(shards::Status::Idle)
             .execute(&mut *tx)
             .await?;
         }

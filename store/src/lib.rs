@@ -9,11 +9,21 @@
 /// still running in the cluster. Every transaction below it has ended, so an event below it can
 /// never appear behind a cursor later. A macro so that statements stay `&'static str`
 /// (`concat!`); see "Positions and the snapshot fence" in docs/delivery.md. Private to the store:
-/// no statement is written outside it.
+/// no statement is written outside it. The definitions call `highwater.fence()`, the same
+/// expression (tested below).
 macro_rules! fence {
     () => {
         "pg_snapshot_xmin(pg_current_snapshot())"
     };
+}
+
+// The SQL side's one place is `highwater.fence()` (migrations/definitions/fence.sql), which the
+// definitions call: the same expression, qualified.
+#[cfg(test)]
+#[test]
+fn the_sql_fence_is_the_rust_fence() {
+    let sql = include_str!("../../migrations/definitions/fence.sql");
+    assert!(sql.replace("pg_catalog.", "").contains(concat!("RETURN ", fence!(), ";")), "{sql}");
 }
 
 pub mod error;

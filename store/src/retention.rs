@@ -231,11 +231,12 @@ pub async fn blockers(conn: &mut PgConnection, upto: Position) -> Result<Vec<Blo
         "SELECT consumer, instance_id, cursor_tx, cursor_id, status,
                 extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
            FROM highwater.consumer_shards
-          WHERE status <> 'disabled' AND (cursor_tx, cursor_id) < ($1, $2)
+          WHERE status <> $3 AND (cursor_tx, cursor_id) < ($1, $2)
           ORDER BY consumer, instance_id",
     )
     .bind(upto.xid8())
     .bind(upto.id)
+    .bind(Status::Disabled)
     .fetch_all(conn)
     .await?;
     rows.iter()

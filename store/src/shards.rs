@@ -4,7 +4,11 @@ use std::{str::FromStr, sync::LazyLock, time::Duration};
 
 use chrono::{DateTime, Utc};
 use highwater_crds::SHARED_INSTANCE;
-use sqlx::{PgConnection, PgPool, Postgres, Row, pool::PoolConnection};
+use sqlx::{
+    PgConnection, PgPool, Postgres, Row,
+    pool::PoolConnection,
+    postgres::{PgHasArrayType, PgTypeInfo},
+};
 
 use crate::{
     Error, Event, Position, Result, Xid8,
@@ -12,10 +16,12 @@ use crate::{
 };
 
 /// A shard's state: the `status` column (text, checked by the schema), decoded and bound as this
-/// enum, never compared as a string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, sqlx::Type)]
+/// enum, never compared as a string: the store's statements take it as a parameter (`$n`), never
+/// as a literal (docs/schema.md, "Shard states", lists where each one is set, SQL functions
+/// included). No partial index names a state, so a bound state costs no plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, sqlx::Encode, sqlx::Decode)]
 #[serde(rename_all = "lowercase")]
-#[sqlx(type_name = "text", rename_all = "lowercase")]
+#[sqlx(rename_all = "lowercase")]
 pub enum Status {
     /// Delivering normally (or caught up).
     Idle,
@@ -31,6 +37,9 @@ impl Status {
     /// Every status, for gauges that export one series per status.
     pub const ALL: [Status; 4] = [Status::Idle, Status::Processing, Status::Dead, Status::Disabled];
 
+    /// The states a shard delivers in (`delivers()`), bound as `status = ANY($n)`.
+    pub const DELIVERING: [Status; 2] = [Status::Idle, Status::Processing];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Idle => "idle",
@@ -41,7 +50,7 @@ impl Status {
     }
 
     pub fn delivers(self) -> bool {
-        matches!(self, Status::Idle | Status::Processing)
+        Self::DELIVERING.contains(&self)
     }
 }
 
@@ -49,6 +58,24 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // `pad`, so that table columns (`{:<10}`) line up.
         f.pad(self.as_str())
+    }
+}
+
+// `text` by its built-in OID (what `#[sqlx(type_name = "text")]` would look up by name, one
+// catalog query per connection before the first statement that binds a state).
+impl sqlx::Type<Postgres> for Status {
+    fn type_info() -> PgTypeInfo {
+        <&str as sqlx::Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <&str as sqlx::Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl PgHasArrayType for Status {
+    fn array_type_info() -> PgTypeInfo {
+        <&str as PgHasArrayType>::array_type_info()
     }
 }
 
@@ -104,7 +131,7 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
                 (consumer, instance_id, partition_index, partition_count, cursor_tx, cursor_id, status,
                  pod_uid, heartbeat_at)
          SELECT c.name, x.instance_id, x.part, x.parts, coalesce(h.tx_id, '0'::xid8), coalesce(h.id, 0),
-                CASE WHEN c.suspended THEN 'disabled' ELSE 'idle' END, $3, now()
+                CASE WHEN c.suspended THEN $5 ELSE $6 END, $3, now()
            FROM unnest($1::text[], $2::text[]) AS w(consumer, instance_id)
            JOIN highwater.consumers c ON c.name = w.consumer
            -- The Shared split: created whole, and only while the consumer has no shared shard (a
@@ -132,6 +159,8 @@ pub async fn register_all(conn: &mut PgConnection, shards: &[(&str, &str)], pod_
     .bind(instances)
     .bind(pod_uid)
     .bind(SHARED_INSTANCE)
+    .bind(Status::Disabled)
+    .bind(Status::Idle)
     .execute(conn)
     .await?;
     Ok(r.rows_affected())
@@ -368,7 +397,7 @@ pub(crate) async fn read_from(
                        -- Due for delivery: 1, else 0 (nothing is read). The very test the pass
                        -- makes of `status` and `retry_in_ms`: a shard read empty while the pass
                        -- thinks it due would move its cursor past events.
-                       CASE WHEN status IN ('idle', 'processing')
+                       CASE WHEN status = ANY ($8)
                                  AND coalesce((extract(epoch FROM next_attempt_at - now()) * 1000)::bigint, 0) <= 0
                             THEN 1 ELSE 0 END AS due,
                        coalesce($5::xid8, cursor_tx) AS from_tx, coalesce($6::bigint, cursor_id) AS from_id,
@@ -405,18 +434,18 @@ pub(crate) async fn read_from(
         s = fence_cte(),
         arrays = event_arrays(bodies),
     );
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(consumer)
         .bind(instance)
         .bind(types)
         .bind(limit)
         .bind(from.map(|p| p.xid8()))
-        .bind(from.map(|p| p.id));
-    if let Some(want) = bodies.want() {
-        // `$7` of the upcasting form of event_arrays; the other forms have six parameters.
-        query = query.bind(sqlx::types::Json(want.clone()));
-    }
-    let row = query.fetch_optional(conn).await?;
+        .bind(from.map(|p| p.id))
+        // `$7` of the upcasting form of event_arrays; the other forms do not read it (NULL).
+        .bind(bodies.want().map(|want| sqlx::types::Json(want.clone())))
+        .bind(&Status::DELIVERING[..])
+        .fetch_optional(conn)
+        .await?;
     let Some(row) = row else { return Ok(None) };
     let shard = shard_from_row(&row)?;
     let due = row.try_get::<i32, _>("due")? == 1;
@@ -487,21 +516,23 @@ impl Advance<'_> {
                 format!("'{}'::xid8", self.from.tx),
                 self.from.id.to_string(),
                 self.delivered.to_string(),
+                escape_literal(Status::Idle.as_str()),
+                format!("ARRAY[{}]", Status::DELIVERING.map(|s| escape_literal(s.as_str())).join(", ")),
             ],
             gate,
         )
     }
 
-    fn update(values: [String; 7], gate: &str) -> String {
-        let [consumer, instance, to_tx, to_id, from_tx, from_id, delivered] = values;
+    fn update(values: [String; 9], gate: &str) -> String {
+        let [consumer, instance, to_tx, to_id, from_tx, from_id, delivered, idle, delivering] = values;
         format!(
             "UPDATE highwater.consumer_shards
-                SET cursor_tx = {to_tx}, cursor_id = {to_id}, status = 'idle', attempts = 0,
+                SET cursor_tx = {to_tx}, cursor_id = {to_id}, status = {idle}, attempts = 0,
                     last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL,
                     delivered_count = delivered_count + {delivered}, heartbeat_at = now(), updated_at = now()
               WHERE consumer = {consumer} AND instance_id = {instance}
                 AND cursor_tx = {from_tx} AND cursor_id = {from_id}
-                AND status IN ('idle', 'processing')
+                AND status = ANY ({delivering})
                 AND (barrier_tx IS NULL OR ({to_tx}, {to_id}) <= (barrier_tx, barrier_id))
                 AND ({gate})
              RETURNING {SHARD_COLUMNS}"
@@ -521,6 +552,8 @@ impl Advance<'_> {
             .bind(self.from.xid8())
             .bind(self.from.id)
             .bind(self.delivered)
+            .bind(Status::Idle)
+            .bind(&Status::DELIVERING[..])
             .fetch_optional(conn)
             .await?;
         row.as_ref().map(shard_from_row).transpose()
@@ -570,7 +603,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
                    heartbeat_at = now(), updated_at = now()
              WHERE consumer = $1 AND instance_id = $2
                AND cursor_tx = $5 AND cursor_id = $6
-               AND status IN ('idle', 'processing')
+               AND status = ANY ($14)
                AND (barrier_tx IS NULL OR ($3, $4) <= (barrier_tx, barrier_id))
             RETURNING consumer, instance_id),
          parked AS (
@@ -592,6 +625,7 @@ pub async fn record_failure(conn: &mut PgConnection, shard: &Shard, from: Positi
     .bind(retry_ms)
     .bind(parked)
     .bind(f.delivered)
+    .bind(&Status::DELIVERING[..])
     .fetch_one(conn)
     .await?;
     Ok(r.try_get::<i64, _>(0)? == 1)
@@ -626,11 +660,11 @@ pub async fn park_blocked(conn: &mut PgConnection, shard: &Shard, event: &Event,
     let r = sqlx::query(
         "WITH upd AS (
             UPDATE highwater.consumer_shards
-               SET cursor_tx = $3, cursor_id = $4, status = 'idle', attempts = 0, last_error = NULL,
+               SET cursor_tx = $3, cursor_id = $4, status = $9, attempts = 0, last_error = NULL,
                    failing_event_id = NULL, next_attempt_at = NULL, heartbeat_at = now(), updated_at = now()
              WHERE consumer = $1 AND instance_id = $2
                AND cursor_tx = $5 AND cursor_id = $6
-               AND status IN ('idle', 'processing')
+               AND status = ANY ($10)
                AND (barrier_tx IS NULL OR ($3, $4) <= (barrier_tx, barrier_id))
             RETURNING consumer, instance_id),
          parked AS (
@@ -647,6 +681,8 @@ pub async fn park_blocked(conn: &mut PgConnection, shard: &Shard, event: &Event,
     .bind(shard.cursor.id)
     .bind(event.id)
     .bind(blocked_by)
+    .bind(Status::Idle)
+    .bind(&Status::DELIVERING[..])
     .fetch_one(conn)
     .await?;
     Ok(r.try_get::<i64, _>(0)? == 1)
@@ -713,12 +749,13 @@ pub async fn note_error(pool: &PgPool, consumer: &str, instance: &str, error: &s
 pub async fn clear_noted_error(pool: &PgPool, consumer: &str, instance: &str) -> Result<()> {
     sqlx::query(
         "UPDATE highwater.consumer_shards SET last_error = NULL, updated_at = now()
-          WHERE consumer = $1 AND status = 'idle' AND last_error IS NOT NULL
+          WHERE consumer = $1 AND status = $4 AND last_error IS NOT NULL
             AND (instance_id = $2 OR ($2 = $3 AND highwater.is_shared_shard(instance_id)))",
     )
     .bind(consumer)
     .bind(instance)
     .bind(SHARED_INSTANCE)
+    .bind(Status::Idle)
     .execute(pool)
     .await?;
     Ok(())

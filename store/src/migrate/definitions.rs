@@ -4,6 +4,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("json_schema_error", include_str!("../../../migrations/definitions/json_schema_error.sql")),
     ("json_schema_check", include_str!("../../../migrations/definitions/json_schema_check.sql")),
     ("token", include_str!("../../../migrations/definitions/token.sql")),
+    ("fence", include_str!("../../../migrations/definitions/fence.sql")),
     ("append_limits", include_str!("../../../migrations/definitions/append_limits.sql")),
     ("unknown_event_type", include_str!("../../../migrations/definitions/unknown_event_type.sql")),
     ("append", include_str!("../../../migrations/definitions/append.sql")),

@@ -145,7 +145,7 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
              UPDATE highwater.consumer_shards
                 SET cursor_tx = '0', cursor_id = 0, attempts = 0, last_error = NULL,
                     failing_event_id = NULL, next_attempt_at = NULL,
-                    status = CASE WHEN status = 'disabled' THEN 'disabled' ELSE 'idle' END,
+                    status = CASE WHEN status = $6 THEN $6 ELSE $7 END,
                     bootstrap_snapshot = NULL, bootstrap_seen = '{}',
                     rebuild_started_at = clock_timestamp(), rebuild_base = delivered_count,
                     rebuild_total = (SELECT count(*) FROM highwater.events e, s
@@ -161,6 +161,8 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
         .bind(from_tx)
         .bind(from_id)
         .bind(SHARED_INSTANCE)
+        .bind(crate::shards::Status::Disabled)
+        .bind(crate::shards::Status::Idle)
         .fetch_optional(&mut *tx)
         .await?;
         let Some((total, target_tx, target_id)) = row else {
@@ -205,7 +207,7 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").execute(&mut *tx).await?;
         // The first statement takes the snapshot every later one reads.
         let (xmin, xmax): (Xid8, Xid8) =
-            sqlx::query_as("SELECT pg_snapshot_xmin(pg_current_snapshot()), pg_snapshot_xmax(pg_current_snapshot())")
+            sqlx::query_as(concat!("SELECT ", fence!(), ", pg_snapshot_xmax(pg_current_snapshot())"))
                 .fetch_one(&mut *tx)
                 .await?;
         let run = async {
@@ -213,16 +215,20 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
                 sqlx::raw_sql(sqlx::AssertSqlSafe(r.clone())).execute(&mut *tx).await?;
             }
             sqlx::raw_sql(sqlx::AssertSqlSafe(statements.clone())).execute(&mut *tx).await?;
-            sqlx::query_scalar::<_, i32>(
+            sqlx::query_scalar::<_, i32>(concat!(
                 "WITH seen AS (
                      SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM highwater.events
-                      WHERE tx_id >= pg_snapshot_xmin(pg_current_snapshot())
+                      WHERE tx_id >= ",
+                fence!(),
+                "
                         AND tx_id < pg_snapshot_xmax(pg_current_snapshot()))
                  UPDATE highwater.consumer_shards s
-                    SET cursor_tx = ((pg_snapshot_xmin(pg_current_snapshot())::text::numeric - 1)::text)::xid8,
+                    SET cursor_tx = ((",
+                fence!(),
+                "::text::numeric - 1)::text)::xid8,
                         cursor_id = 9223372036854775807,
                         bootstrap_snapshot = pg_current_snapshot(), bootstrap_seen = seen.ids,
-                        status = CASE WHEN c.suspended THEN 'disabled' ELSE 'idle' END,
+                        status = CASE WHEN c.suspended THEN $3 ELSE $4 END,
                         bootstrap_pending = false, attempts = 0, last_error = NULL, failing_event_id = NULL,
                         next_attempt_at = NULL, rebuild_started_at = NULL, rebuild_total = NULL,
                         rebuild_base = NULL, rebuild_target_tx = NULL, rebuild_target_id = NULL,
@@ -230,9 +236,11 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
                    FROM seen, highwater.consumers c
                   WHERE c.name = s.consumer AND s.consumer = $1 AND s.instance_id = $2
                  RETURNING cardinality(seen.ids)",
-            )
+            ))
             .bind(name)
             .bind(SHARED_INSTANCE)
+            .bind(crate::shards::Status::Disabled)
+            .bind(crate::shards::Status::Idle)
             .fetch_optional(&mut *tx)
             .await
         };
@@ -263,11 +271,12 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
 /// transaction that created it.
 pub async fn mark_bootstrap_pending(conn: &mut PgConnection, name: &str) -> Result<()> {
     sqlx::query(
-        "UPDATE highwater.consumer_shards SET status = 'disabled', bootstrap_pending = true, updated_at = now()
+        "UPDATE highwater.consumer_shards SET status = $3, bootstrap_pending = true, updated_at = now()
           WHERE consumer = $1 AND instance_id = $2",
     )
     .bind(name)
     .bind(SHARED_INSTANCE)
+    .bind(crate::shards::Status::Disabled)
     .execute(conn)
     .await?;
     Ok(())

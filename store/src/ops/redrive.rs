@@ -411,13 +411,14 @@ pub async fn due(
            LEFT JOIN highwater.events e ON e.id = d.event_id
           WHERE d.consumer = $1 AND d.redrive_instance = $2 AND d.redrive_at IS NOT NULL
             AND EXISTS (SELECT 1 FROM highwater.consumer_shards s
-                         WHERE s.consumer = $1 AND s.instance_id = $2 AND s.status IN ('idle', 'processing'))
+                         WHERE s.consumer = $1 AND s.instance_id = $2 AND s.status = ANY ($4))
           ORDER BY d.redrive_at, e.tx_id, d.event_id
           LIMIT $3",
     )
     .bind(consumer)
     .bind(via)
     .bind(limit)
+    .bind(&crate::shards::Status::DELIVERING[..])
     .fetch_all(conn)
     .await?;
     let mut due = Vec::new();

@@ -297,13 +297,14 @@ pub async fn due(conn: &mut PgConnection, consumer: &str, via: &str, limit: i64)
         "SELECT r.request_id, r.event_id FROM highwater.replays r
           WHERE r.consumer = $1 AND r.instance_id = $2 AND r.due_at IS NOT NULL AND r.due_at <= now()
             AND EXISTS (SELECT 1 FROM highwater.consumer_shards s
-                         WHERE s.consumer = $1 AND s.instance_id = $2 AND s.status IN ('idle', 'processing'))
+                         WHERE s.consumer = $1 AND s.instance_id = $2 AND s.status = ANY ($4))
           ORDER BY r.request_id, r.seq
           LIMIT $3",
     )
     .bind(consumer)
     .bind(via)
     .bind(limit)
+    .bind(&crate::shards::Status::DELIVERING[..])
     .fetch_all(conn)
     .await?)
 }

@@ -218,7 +218,7 @@ async fn rewind_with(
         // (the new split starts there).
         applies: "s.barrier_tx IS NULL OR ($4, $5) <= (s.barrier_tx, s.barrier_id)",
         set: "cursor_tx = $4, cursor_id = $5,
-              status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
+              status = CASE WHEN s.status = $8 THEN $8 ELSE $6 END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
         join_event: false,
         park: false,

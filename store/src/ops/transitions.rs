@@ -72,6 +72,7 @@ pub(super) struct Change {
     /// Condition on `s` under which the transition applies.
     pub applies: &'static str,
     /// The SET list; `$3` is an event id, `$4`/`$5` a target position (rewind).
+    /// Both name states as parameters, bound by [`execute`]: `$6` idle, `$7` dead, `$8` disabled.
     pub set: &'static str,
     /// Joins `e`, the shard's failing event (skip needs its position).
     pub join_event: bool,
@@ -140,6 +141,9 @@ pub(super) async fn execute(
         .bind(change.event_id)
         .bind(change.target.map(|p| p.xid8()))
         .bind(change.target.map(|p| p.id))
+        .bind(Status::Idle)
+        .bind(Status::Dead)
+        .bind(Status::Disabled)
         .fetch_all(&mut *tx)
         .await?;
     if rows.is_empty() {
@@ -179,8 +183,8 @@ fn no_check(_: &Scope) -> Result<()> {
 pub async fn restart(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "restart",
-        applies: "s.status = 'dead'",
-        set: "status = 'idle', attempts = 0, next_attempt_at = NULL",
+        applies: "s.status = $7",
+        set: "status = $6, attempts = 0, next_attempt_at = NULL",
         join_event: false,
         park: false,
         event_id: None,
@@ -218,7 +222,7 @@ pub async fn skip(
         verb: "skip the failing event of",
         applies: "s.failing_event_id IS NOT NULL AND ($3::bigint IS NULL OR s.failing_event_id = $3)",
         set: "cursor_tx = e.tx_id, cursor_id = e.id,
-              status = CASE WHEN s.status = 'disabled' THEN 'disabled' ELSE 'idle' END,
+              status = CASE WHEN s.status = $8 THEN $8 ELSE $6 END,
               attempts = 0, last_error = NULL, failing_event_id = NULL, next_attempt_at = NULL",
         join_event: true,
         park: true,
@@ -253,8 +257,8 @@ pub async fn skip(
 pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "disable",
-        applies: "s.status <> 'disabled'",
-        set: "status = 'disabled'",
+        applies: "s.status <> $8",
+        set: "status = $8",
         join_event: false,
         park: false,
         event_id: None,
@@ -269,8 +273,8 @@ pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
 pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "enable",
-        applies: "s.status = 'disabled' AND NOT s.bootstrap_pending",
-        set: "status = 'idle'",
+        applies: "s.status = $8 AND NOT s.bootstrap_pending",
+        set: "status = $6",
         join_event: false,
         park: false,
         event_id: None,
