@@ -208,3 +208,42 @@ async fn the_generated_code_follows_the_registry_and_migrate_regenerates_it() {
     assert_eq!(names(&db.pool).await, vec!["hw_upcasts"]);
     assert_eq!(upcast(&db.pool, "Shipped", None, &json!({}), None).await, json!({}));
 }
+
+/// Two transactions registering steps of different types at once (as the operator and the CLI
+/// may): the second waits for the first to commit instead of failing on the dispatcher both
+/// replace ("tuple concurrently updated"), and the generated code has both. Written as rows, as a
+/// previous release's binary or a registrar with SQL writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_registrations_queue_and_both_are_generated() {
+    let db = setup(&["A", "B"]).await;
+    let register = |t: &'static str| {
+        format!(
+            "INSERT INTO highwater.event_type_versions (event_type, version, upcast)
+             VALUES ('{t}', 2, 'payload || ''{{\"{t}\": true}}''')"
+        )
+    };
+    let mut first = db.pool.begin().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(register("A"))).execute(&mut *first).await.unwrap();
+    let pool = db.pool.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(register("B"))).execute(&mut *tx).await?;
+        tx.commit().await
+    });
+    eventually("the second registration to wait for the first", std::time::Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database =
+                                (SELECT oid FROM pg_database WHERE datname = current_database()))",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    })
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap().expect("the second registration commits");
+    assert_eq!(names(&db.pool).await, vec!["hw_upcast_A_v2", "hw_upcast_B_v2", "hw_upcasts"]);
+    for t in ["A", "B"] {
+        assert_eq!(upcast(&db.pool, t, None, &json!({}), None).await, json!({ t: true }), "{t}");
+    }
+}

@@ -30,7 +30,11 @@
 -- rights, as the EXECUTE did, and not with the owner's here (the registration's dry run has
 -- already parsed and run the new step as the registering role). Concurrent registrations of
 -- different types queue on an advisory lock (both would replace hw_upcasts: "tuple concurrently
--- updated"); each regenerates from what is committed plus its own rows.
+-- updated"); each regenerates from what is committed plus its own rows. That holds in READ
+-- COMMITTED, where registrations run (event_types::apply_type): a registration in a REPEATABLE
+-- READ transaction reads the registry as of its snapshot and could leave out a type another
+-- transaction registered meanwhile; `SELECT highwater.upcast_generate()` as the owner (or the
+-- next registration) puts it back.
 --
 -- Changing the generated form: change v_form/v_config below; every function generated in the
 -- old form differs from the new and is replaced at the next migrate.
