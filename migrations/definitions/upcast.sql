@@ -7,6 +7,9 @@
 -- An event stored under a former name (highwater.event_type_aliases) goes through the steps of
 -- the type it was renamed to. A type without upcasts costs one index probe per event; readers
 -- that do not ask for the latest version never call it.
+-- The steps run in highwater.hw_upcasts, generated from the registry (upcast_generate.sql): one
+-- call per event, each step a SQL function planned once per transaction that calls it. Until
+-- 0.4.0 each step was an EXECUTE of its expression, parsed and planned for every event (issue 46).
 -- STABLE (an upcast is an expression over the payload; one using a volatile function would be a
 -- registrar's mistake the dry run cannot see). Runs with the caller's rights: the dispatcher's
 -- role evaluates the registered expressions, as it runs a SQL sink's registered statements.
@@ -17,24 +20,13 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_type    text := p_event_type;
-    v_payload jsonb := p_payload;
-    v_step    record;
+    v_type text;
 BEGIN
     SELECT a.event_type INTO v_type FROM highwater.event_type_aliases a WHERE a.alias = p_event_type;
     IF NOT FOUND THEN
         v_type := p_event_type;
     END IF;
-    FOR v_step IN
-        SELECT s.version, s.upcast FROM highwater.event_type_versions s
-         WHERE s.event_type = v_type AND s.version > coalesce(p_version, 1)
-           AND (p_to IS NULL OR s.version <= p_to) AND s.upcast IS NOT NULL
-         ORDER BY s.version
-    LOOP
-        EXECUTE format('SELECT (%s)::jsonb FROM (SELECT $1 AS payload) AS e', v_step.upcast)
-           INTO v_payload USING v_payload;
-    END LOOP;
-    RETURN v_payload;
+    RETURN highwater.hw_upcasts(v_type, coalesce(p_version, 1), p_payload, p_to);
 END
 $$;
 

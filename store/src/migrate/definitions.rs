@@ -11,6 +11,8 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("append_schema_version", include_str!("../../../migrations/definitions/append_schema_version.sql")),
     ("upcast", include_str!("../../../migrations/definitions/upcast.sql")),
     ("upcast_for", include_str!("../../../migrations/definitions/upcast_for.sql")),
+    ("upcast_generate", include_str!("../../../migrations/definitions/upcast_generate.sql")),
+    ("upcasts_changed", include_str!("../../../migrations/definitions/upcasts_changed.sql")),
     ("event_type_dry_run", include_str!("../../../migrations/definitions/event_type_dry_run.sql")),
     ("append_position", include_str!("../../../migrations/definitions/append_position.sql")),
     ("stream_partition", include_str!("../../../migrations/definitions/stream_partition.sql")),
@@ -54,5 +56,9 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     (
         "trigger_dead_letters_parked_again",
         include_str!("../../../migrations/definitions/trigger_dead_letters_parked_again.sql"),
+    ),
+    (
+        "trigger_event_type_versions_upcasts",
+        include_str!("../../../migrations/definitions/trigger_event_type_versions_upcasts.sql"),
     ),
 ];
