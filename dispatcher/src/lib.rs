@@ -29,7 +29,7 @@ pub const VERSION: &str = env!("HIGHWATER_VERSION");
 
 pub use applied::{Appended, Token, append_position, token};
 pub use body::Body;
-pub use devtools::{embedded, pgbouncer, quickstart};
+pub use devtools::{embedded, quickstart};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use highwater_engine::{

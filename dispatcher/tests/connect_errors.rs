@@ -9,6 +9,7 @@ use std::{
 };
 
 use common::*;
+use highwater_testkit::TestCluster;
 
 /// (exit code, the first line of stderr's error, how long it took).
 fn run(url: &str, args: &[&str]) -> (Option<i32>, String, Duration) {

@@ -8,6 +8,7 @@ use std::{path::Path, time::Duration};
 
 use common::*;
 use highwater::{NewEvent, append, db};
+use highwater_testkit::TestCluster;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use serde_json::json;
 

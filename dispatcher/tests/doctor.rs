@@ -6,6 +6,7 @@ mod common;
 use std::{process::Command, time::Duration};
 
 use common::*;
+use highwater_testkit::TestCluster;
 use serde_json::Value;
 
 /// (exit code, the JSON document).
@@ -73,8 +74,12 @@ async fn doctor_names_each_problem_with_its_fix() {
     tx.rollback().await.unwrap();
 
     // Behind a transaction-mode pooler: the pooler finding names it and the fix.
-    let bouncer =
-        highwater::pgbouncer::PgBouncer::start(db.pg.port(), highwater::pgbouncer::PoolMode::Transaction, 2).unwrap();
+    let bouncer = highwater_testkit::pgbouncer::PgBouncer::start(
+        db.pg.port(),
+        highwater_testkit::pgbouncer::PoolMode::Transaction,
+        2,
+    )
+    .unwrap();
     let (code, doc) = doctor(&bouncer.url_for("postgres"), &[]);
     assert_eq!(code, Some(2), "{doc:#}");
     let p = findings(&doc, "pooler", "error");

@@ -81,7 +81,7 @@ fn refusal(e: Error) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_type_registers_missing_versions_in_order_and_is_idempotent() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     let s = spec("OrderPlaced", vec![v(1, v1(), None)]);
     let a = apply_type(&db.pool, &s).await.unwrap();
     assert_eq!((a.registered.clone(), a.latest), (vec![1], 1));
@@ -126,7 +126,7 @@ async fn apply_type_registers_missing_versions_in_order_and_is_idempotent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_type_refuses_changed_versions_gaps_and_bad_schemas_and_changes_nothing() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
     let before = registry(&db.pool).await;
 
@@ -164,7 +164,7 @@ async fn apply_type_refuses_changed_versions_gaps_and_bad_schemas_and_changes_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_incompatible_version_is_refused_naming_the_path_and_nothing_changes() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
     ev(&db.pool, "OrderPlaced", json!({"order_id": "a", "total": 5})).await;
     let before = registry(&db.pool).await;
@@ -232,7 +232,7 @@ async fn an_incompatible_version_is_refused_naming_the_path_and_nothing_changes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_content_model_is_checked_against_stored_events_not_refused_blindly() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     let open = |extra: Option<Value>| {
         let mut s = json!({"type": "object", "properties": {"order_id": {"type": "string"}}});
         if let Some(e) = extra {
@@ -267,7 +267,7 @@ async fn the_open_content_model_is_checked_against_stored_events_not_refused_bli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upcast_that_fails_on_a_stored_event_is_refused_at_registration_naming_it() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
     ev(&db.pool, "OrderPlaced", json!({"order_id": "a", "total": 5})).await;
     let odd = ev(&db.pool, "OrderPlaced", json!({"order_id": "b", "total": 5.5})).await;
@@ -290,7 +290,7 @@ async fn an_upcast_that_fails_on_a_stored_event_is_refused_at_registration_namin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_name_a_version_or_get_the_latest_and_the_version_is_recorded() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None), v(2, v2(), Some(UPCAST))])).await.unwrap();
 
     // The latest (seven-argument append, as binaries of 0.4.0 call it): checked against v2.
@@ -347,7 +347,7 @@ async fn appends_name_a_version_or_get_the_latest_and_the_version_is_recorded() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_is_idempotent_and_a_different_schema_needs_a_version() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     event_types::register(&db.pool, "OrderPlaced", Some(&v1()), Some("placed")).await.unwrap();
     event_types::register(&db.pool, "OrderPlaced", Some(&v1()), None).await.unwrap();
     event_types::register(&db.pool, "OrderPlaced", None, None).await.unwrap();
@@ -372,7 +372,7 @@ async fn register_is_idempotent_and_a_different_schema_needs_a_version() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_type_registered_by_a_binary_without_versions_is_version_one() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     // What 0.4.0's register does: the registry row only.
     sqlx::query("INSERT INTO highwater.event_types (event_type, json_schema) VALUES ('Legacy', $1)")
         .bind(sqlx::types::Json(v1()))
@@ -556,7 +556,7 @@ fn cli_refused(url: &str, args: &[&str], problem: &str, fix: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses_bad_input_with_a_fix() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     let url = &db.url;
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, v: &Value| {
@@ -699,7 +699,7 @@ async fn the_cli_registers_versions_appends_lists_shows_reads_latest_and_refuses
 /// documents before it), aliases and upcasts as the resource declares them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_applies_event_type_documents_of_a_file_in_one_transaction() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     let url = &db.url;
     let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/order-event-types.yaml");
     let out = cli_ok(url, &["event-types", "apply", "-f", examples]);
@@ -768,7 +768,7 @@ async fn the_cli_applies_event_type_documents_of_a_file_in_one_transaction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
 async fn measure_the_cost_of_reading_upcast_payloads() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     apply_type(&db.pool, &spec("OrderPlaced", vec![v(1, v1(), None)])).await.unwrap();
     sqlx::query(
         "SELECT highwater.append('order', g::text, 'OrderPlaced', jsonb_build_object('order_id', g::text, 'total', g))

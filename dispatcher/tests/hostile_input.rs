@@ -99,7 +99,7 @@ async fn endless_receiver(status: &'static str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhooks_that_hang_are_timed_out_and_endless_bodies_cut_at_the_timeout() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     let hook = |name: &str, url: &str| {
         consumer(
             name,
@@ -131,7 +131,7 @@ async fn webhooks_that_hang_are_timed_out_and_endless_bodies_cut_at_the_timeout(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_payload_is_stored_and_delivered_whole() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql("CREATE TABLE seen (event_id bigint, bytes int)").execute(&db.pool).await.unwrap();
     let statement = "INSERT INTO seen SELECT $2, octet_length(payload::text) FROM highwater.events WHERE id = $2";
     apply(&db.pool, &consumer("big", &format!("delivery: Shared\nsink: {{sql: {{statement: '{statement}'}}}}"))).await;
@@ -179,7 +179,7 @@ fn hostile_consumer_names_are_refused_before_they_reach_sql_metrics_or_files() {
 
 #[tokio::test]
 async fn bad_event_type_names_are_refused_with_the_rule() {
-    let db = setup(&[]).await;
+    let db = shared(&[]).await;
     for name in ["1starts-with-digit", "with space", "semi;colon", "", &"x".repeat(201)] {
         match highwater::event_types::register(&db.pool, name, None, None).await {
             Err(Error::Refused(m)) => {
@@ -194,7 +194,7 @@ async fn bad_event_type_names_are_refused_with_the_rule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sse_last_event_ids_that_are_not_events_get_400() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     apply(&db.pool, &consumer("live", "delivery: PerInstance\nsink: {sse: {}}")).await;
     let id = append_one(&db.pool, json!({})).await;
     let logs = tempfile::tempdir().unwrap();

@@ -48,6 +48,7 @@ struct Given {
     consumers: Vec<String>,
     poison: Vec<bool>,
     dispatching: bool,
+    own_cluster: bool,
 }
 
 fn given() -> Given {
@@ -78,8 +79,15 @@ impl Given {
         self
     }
 
+    /// On a cluster of its own instead of the shared one: for a test that reads the fence (a
+    /// rewind checks its target against it) or `pg_stat_activity`, both cluster-wide.
+    fn own_cluster(mut self) -> Self {
+        self.own_cluster = true;
+        self
+    }
+
     async fn start(self) -> World {
-        let db = setup(&["Tick"]).await;
+        let db = if self.own_cluster { setup(&["Tick"]).await } else { shared(&["Tick"]).await };
         tables(&db.pool).await;
         for c in &self.consumers {
             apply(&db.pool, c).await;
@@ -257,7 +265,7 @@ async fn skip_keeps_a_disabled_shard_disabled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_to_an_event_redelivers_from_that_event() {
-    let w = given().consumer(gated("a")).events(&[false; 5]).dispatching().start().await;
+    let w = given().own_cluster().consumer(gated("a")).events(&[false; 5]).dispatching().start().await;
     let (db, ids) = (&w.db, w.ids.clone());
     wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(20)).await;
 
@@ -286,7 +294,7 @@ async fn rewind_to_an_event_redelivers_from_that_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
     let typed = consumer("typed", "delivery: Shared\neventTypes: [Tick]\nsink: {sql: {statement: 'SELECT 1'}}");
-    let w = given().consumer(gated("a")).consumer(typed).events(&[false; 4]).start().await;
+    let w = given().own_cluster().consumer(gated("a")).consumer(typed).events(&[false; 4]).start().await;
     let (db, ids) = (&w.db, w.ids.clone());
     let (p, u) = (&db.pool, &db.url);
     highwater::event_types::register(p, "Other", None, None).await.unwrap();
@@ -335,7 +343,7 @@ async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewind_to_a_time_and_what_it_resets() {
-    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
+    let w = given().own_cluster().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
     let (db, ids) = (&w.db, w.ids.clone());
     // Created 3, 2 and 1 hours ago.
     sqlx::query("UPDATE highwater.events SET created_at = now() - (4 - (SELECT count(*) FROM highwater.events e2 WHERE e2.id <= events.id)) * interval '1 hour'")
@@ -412,7 +420,7 @@ async fn disable_stops_delivery_and_enable_resumes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_wins_over_a_pass_in_flight() {
     let slow = "delivery: Shared\nsink: {sql: {statement: 'INSERT INTO seen SELECT $2, 1 FROM pg_sleep(2)'}}";
-    let w = given().consumer(consumer("a", slow)).dispatching().start().await;
+    let w = given().own_cluster().consumer(consumer("a", slow)).dispatching().start().await;
     let db = &w.db;
     wait_registered(&db.pool, "a", 1).await;
     let id = append_one(&db.pool, json!({})).await;
@@ -445,6 +453,7 @@ async fn a_change_wins_over_a_pass_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_name_the_problem_and_the_fix() {
     let w = given()
+        .own_cluster()
         .consumer(gated("a"))
         .consumer(consumer("live", "delivery: PerInstance\nsink: {sql: {statement: 'SELECT 1'}}"))
         .consumer(consumer("paused", "delivery: Shared\nsuspend: true\nsink: {sql: {statement: 'SELECT 1'}}"))
@@ -621,7 +630,7 @@ fn cli(url: &str, args: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_prints_each_change_and_refuses_with_the_reason() {
-    let w = given().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
+    let w = given().own_cluster().consumer(gated("a")).events(&POISON_IN_THE_MIDDLE).start().await;
     let (db, ids) = (&w.db, w.ids.clone());
     let u = &db.url;
 

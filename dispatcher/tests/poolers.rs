@@ -10,7 +10,7 @@ use std::{
 };
 
 use common::*;
-use highwater::pgbouncer::{PgBouncer, PoolMode};
+use highwater_testkit::pgbouncer::{PgBouncer, PoolMode};
 use sqlx::{PgPool, postgres::PgPoolOptions};
 
 const REFUSAL: &str = "the database URL goes through a transaction-mode connection pooler";

@@ -110,7 +110,12 @@ struct Parked {
 }
 
 async fn parked() -> Parked {
-    let db = setup(&["Tick"]).await;
+    parked_on(shared(&["Tick"]).await).await
+}
+
+/// [`parked`] on a given database: a cluster of its own for a test that rewinds (a rewind reads
+/// the fence, which is cluster-wide).
+async fn parked_on(db: TestDb) -> Parked {
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     apply(&db.pool, &skip_consumer("a")).await;
     let ids = append_three(&db.pool).await;
@@ -289,7 +294,7 @@ async fn bad_redrives_are_refused_and_change_nothing() {
 /// An external sink: delivered again after the acknowledgement with the same idempotency key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_sink_gets_the_event_again_with_the_same_idempotency_key() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("log.jsonl");
     apply(&db.pool, &consumer("hook", &format!("delivery: Shared\nsink: {{log: {{target: \"{}\"}}}}", file.display())))
@@ -328,7 +333,7 @@ async fn an_external_sink_gets_the_event_again_with_the_same_idempotency_key() {
 /// and the cursor only ever moves forward, through live delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn under_load_with_kills_every_redriven_event_applies_exactly_once_more() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     // Every cursor change of p, to check it never goes backwards.
     sqlx::raw_sql(
@@ -428,7 +433,7 @@ async fn under_load_with_kills_every_redriven_event_applies_exactly_once_more() 
 /// no dispatcher running they stay pending (`--wait 0s` returns at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_redrive_needs_a_confirmation_and_is_spaced_by_its_rate() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     apply(&db.pool, &consumer("big", "delivery: Shared\nerrorMode: skip\nsink: {log: {target: stderr}}")).await;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..101 {
@@ -488,7 +493,7 @@ async fn a_large_redrive_needs_a_confirmation_and_is_spaced_by_its_rate() {
 /// again with the new error, and can be redriven again: once more each time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redriven_event_parked_again_is_a_dead_letter_again() {
-    let p = parked().await;
+    let p = parked_on(setup(&["Tick"]).await).await;
     let (db, ids) = (&p.db, &p.ids);
     let poison = ids[1];
     sqlx::query("DELETE FROM verdict").execute(&db.pool).await.unwrap();

@@ -14,6 +14,7 @@ use std::{
 
 use common::*;
 use highwater::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use highwater_testkit::TestCluster;
 use serde_json::json;
 use sqlx::{Connection, PgPool};
 
@@ -72,7 +73,7 @@ async fn a_failover_to_the_promoted_standby_loses_no_acknowledged_event() {
     let pool = highwater::db::connect(&url, 10).await.unwrap();
     highwater::db::migrate(&pool).await.unwrap();
     highwater::event_types::register(&pool, "Tick", None, None).await.unwrap();
-    let mut db = TestDb { pool, url, pg };
+    let mut db = TestDb { pool, url, pg: pg.into() };
     sqlx::raw_sql("CREATE TABLE applied (event_id bigint NOT NULL)").execute(&db.pool).await.unwrap();
     apply(
         &db.pool,

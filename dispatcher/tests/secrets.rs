@@ -16,6 +16,7 @@ use axum::{Router, extract::State, http::HeaderMap, routing::post};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use common::*;
 use highwater::{NewEvent, append, db};
+use highwater_testkit::TestCluster;
 use rand::RngExt;
 use serde_json::json;
 

@@ -92,7 +92,7 @@ async fn append_streams(pool: &PgPool) -> Events {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_stream_parks_the_later_events_of_the_poisoned_stream_and_redrive_delivers_them_in_order_once() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     apply(&db.pool, &sql_consumer("a", "skipStream")).await;
     let ev = append_streams(&db.pool).await;
@@ -159,7 +159,7 @@ async fn skip_stream_parks_the_later_events_of_the_poisoned_stream_and_redrive_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_delivers_the_later_events_of_the_stream_first_and_the_redriven_event_after_them() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     apply(&db.pool, &sql_consumer("a", "skip")).await;
     let ev = append_streams(&db.pool).await;
@@ -183,7 +183,7 @@ async fn skip_delivers_the_later_events_of_the_stream_first_and_the_redriven_eve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_event_whose_redrive_fails_blocks_its_stream_and_the_rest_waits_behind_it() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     sqlx::query("INSERT INTO verdict VALUES ('k2', 'currency unknown (v1)')").execute(&db.pool).await.unwrap();
     apply(&db.pool, &sql_consumer("a", "skipStream")).await;
@@ -248,7 +248,7 @@ async fn discard_state(pool: &PgPool) -> Vec<(i64, Option<String>, Option<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discarding_the_blocker_releases_the_parked_events_in_order_once_and_the_stream_goes_on_without_it() {
-    let db = setup(&["Tick"]).await;
+    let db = shared(&["Tick"]).await;
     sqlx::raw_sql(SETUP).execute(&db.pool).await.unwrap();
     apply(&db.pool, &sql_consumer("a", "skipStream")).await;
     let ev = append_streams(&db.pool).await;

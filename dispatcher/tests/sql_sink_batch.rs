@@ -154,7 +154,7 @@ async fn set_form_poison_in_a_1000_event_batch_applies_exactly_the_events_before
 /// versions, and events appended by concurrent writers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_forms_see_the_nine_columns_as_stored() {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     let cols = "payload jsonb, id bigint PRIMARY KEY, stream_type text, stream_id text, event_type text, \
                 tenant_id text, metadata jsonb, stream_version bigint, created_at timestamptz";
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE TABLE copy_each ({cols}); CREATE TABLE copy_set ({cols});")))
@@ -218,7 +218,7 @@ async fn both_forms_see_the_nine_columns_as_stored() {
 /// every batch's range holds twice as many events of another type.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_of_other_types_inside_a_batch_are_passed_over_in_both_forms() {
-    let db = setup(&["Item", "Other"]).await;
+    let db = shared(&["Item", "Other"]).await;
     sqlx::raw_sql(
         "CREATE TABLE each_seen (n bigserial PRIMARY KEY, event_id bigint UNIQUE NOT NULL);
          CREATE TABLE set_seen (event_id bigint PRIMARY KEY)",
@@ -387,7 +387,7 @@ async fn a_drain_prepares_the_statement_once_per_claim() {
 /// the events before a poison event included, and the cursor still moves only with them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_statement_sees_its_settings_in_every_batch() {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     sqlx::raw_sql(
         "CREATE TABLE seen_settings (event_id bigint PRIMARY KEY, consumer text, instance text, timeout text)",
     )
@@ -452,7 +452,7 @@ async fn the_statement_sees_its_settings_in_every_batch() {
 /// which would count an attempt against an event that applied.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_whose_events_are_gone_fails_as_a_whole() {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     sqlx::raw_sql("CREATE TABLE proj (event_id bigint PRIMARY KEY, q int NOT NULL)").execute(&db.pool).await.unwrap();
     let ids = thousand_with_poison_at(&db.pool, usize::MAX).await;
     // No min()/max() of xid8 before PostgreSQL 15: the ends in btree order instead.

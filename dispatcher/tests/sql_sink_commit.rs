@@ -90,7 +90,7 @@ fn spec(form: &str, statement: &str, extra: &str) -> String {
 /// its SQLSTATE, and without a C source line.
 async fn poison(form: &str, fail: &str, deferred: bool, code: &str) {
     let what = format!("{form}, {}, {code}", if deferred { "deferred" } else { "immediate" });
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     tables(&db.pool, fail, deferred).await;
     let ids = events(&db.pool, &[1, 2, 0, 4, 5]).await;
     let statement = if form == "set" { SET } else { PER_EVENT };
@@ -175,7 +175,7 @@ async fn the_refusal_code_raised_by_a_user_at_commit_is_the_event_s_failure() {
 /// checks, which find the earlier event, and that one is blamed (without the checks, the
 /// transaction recording the failure failed at COMMIT, and the pass with it, forever).
 async fn deferred_before_immediate(form: &str) {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     tables(&db.pool, RAISE, true).await;
     // n = -1 divides by zero in the statement itself; n = 0 fails boom() at COMMIT.
     let ids = events(&db.pool, &[1, 0, 3, -1]).await;
@@ -217,7 +217,7 @@ async fn set_form_a_deferred_failure_before_an_immediate_one_is_blamed() {
 /// first's value) is checked as COMMIT checks it, so the first two apply and the third is the one
 /// blamed. Every event is applied or parked exactly once.
 async fn skip_parks_the_event_whose_deferred_check_fails(form: &str) {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     sqlx::raw_sql(
         "CREATE TABLE proj (event_id bigint PRIMARY KEY, n int NOT NULL,
                             CONSTRAINT n_once UNIQUE (n) DEFERRABLE INITIALLY DEFERRED)",
@@ -264,7 +264,7 @@ async fn set_form_skip_parks_the_event_whose_deferred_check_fails() {
 /// source that sqlx appends (`… at line 3891`); once the cause is gone, the batch applies once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_at_commit_no_event_reproduces_is_the_pass_s_and_reads_clean() {
-    let db = setup(&["Item"]).await;
+    let db = shared(&["Item"]).await;
     sqlx::raw_sql(
         "CREATE TABLE proj (event_id bigint PRIMARY KEY, n int NOT NULL);
          CREATE TABLE gate (open boolean NOT NULL); INSERT INTO gate VALUES (false);

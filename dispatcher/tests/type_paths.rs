@@ -68,14 +68,14 @@ fn sets() -> Vec<Vec<String>> {
 
 #[tokio::test]
 async fn each_read_path_returns_what_the_walk_returns() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     backlog(&db.pool).await;
     read_paths_return_what_the_walk_returns(&db).await;
 }
 
 #[tokio::test]
 async fn each_read_path_returns_what_the_walk_returns_in_transactions_of_many_events() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     big_transactions(&db.pool).await;
     read_paths_return_what_the_walk_returns(&db).await;
 }
@@ -168,14 +168,14 @@ async fn read_paths_return_what_the_walk_returns(db: &TestDb) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_sinks_of_a_few_types_apply_exactly_their_events_once() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     backlog(&db.pool).await;
     sinks_apply_exactly_their_events_once(&db).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_sinks_of_a_few_types_apply_exactly_their_events_once_in_transactions_of_many_events() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     big_transactions(&db.pool).await;
     sinks_apply_exactly_their_events_once(&db).await;
 }
@@ -236,14 +236,14 @@ async fn sinks_apply_exactly_their_events_once(db: &TestDb) {
 /// previous release's dispatcher's), with and without `eventVersions` (the payloads' own lookup).
 #[tokio::test]
 async fn the_sql_sink_s_read_applies_each_batch_exactly_in_its_order() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     backlog(&db.pool).await;
     sink_reads_apply_each_batch_in_its_order(&db).await;
 }
 
 #[tokio::test]
 async fn the_sql_sink_s_read_applies_each_batch_exactly_in_its_order_in_transactions_of_many_events() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     big_transactions(&db.pool).await;
     sink_reads_apply_each_batch_in_its_order(&db).await;
 }
@@ -353,7 +353,7 @@ async fn sink_reads_apply_each_batch_in_its_order(db: &TestDb) {
 /// a point: an equality on id, and on tx_id too where the index leads with tx_id.
 #[tokio::test]
 async fn a_sparse_batch_looks_each_event_up_by_its_position_on_the_generic_plan() {
-    let db = setup(&TYPES).await;
+    let db = shared(&TYPES).await;
     big_transactions(&db.pool).await;
     let conn = &mut *db.pool.acquire().await.unwrap();
     let statement = "SELECT $2";

@@ -183,7 +183,7 @@ fn span_id(webhook_id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_each_event_signed_with_standard_webhook_headers() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     let logs = tempfile::tempdir().unwrap();
     let secret = random_secret();
@@ -278,7 +278,7 @@ async fn delivers_each_event_signed_with_standard_webhook_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_are_retried_with_backoff_until_the_receiver_recovers() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     rx.set(Behaviour::Fail(503, format!("maintenance: back soon {}", "x".repeat(600))));
     apply(
@@ -317,7 +317,7 @@ async fn server_errors_are_retried_with_backoff_until_the_receiver_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_is_a_failed_attempt() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     rx.set(Behaviour::Sleep(Duration::from_secs(5)));
     apply(
@@ -344,7 +344,7 @@ async fn a_timeout_is_a_failed_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_refused_is_a_failed_attempt_and_max_attempts_make_the_shard_dead() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     // A loopback port with no listener.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     apply(
@@ -372,7 +372,7 @@ async fn connection_refused_is_a_failed_attempt_and_max_attempts_make_the_shard_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_mode_posts_each_batch_as_one_json_array() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     let secret = random_secret();
     apply(
@@ -432,7 +432,7 @@ async fn batch_mode_posts_each_batch_as_one_json_array() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_after_sigkill_carries_the_same_webhook_id() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     rx.set(Behaviour::Hold);
     apply(
@@ -463,7 +463,7 @@ async fn redelivery_after_sigkill_carries_the_same_webhook_id() {
 /// receiver and nothing is lost: once the dispatcher allows the range, every event is delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_targets_are_refused_under_block_private_until_allowed() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     let port = rx.addr.port();
     let spec = |url: String| {
@@ -522,7 +522,7 @@ async fn private_targets_are_refused_under_block_private_until_allowed() {
 /// An allow list admits the hosts it names and nothing else, before any request is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allow_list_refuses_every_other_host() {
-    let db = setup(&["OrderPlaced"]).await;
+    let db = shared(&["OrderPlaced"]).await;
     let rx = Receiver::start().await;
     apply(
         &db.pool,

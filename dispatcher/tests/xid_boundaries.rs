@@ -25,7 +25,7 @@ async fn below(boundary: u64, types: &[&str]) -> TestDb {
 
 /// Uses up transaction ids until the next is `margin` below `boundary`.
 async fn edge(db: &TestDb, boundary: u64, margin: u64) {
-    highwater::embedded::burn_xids_to(&db.pool, boundary - margin).await.unwrap();
+    highwater_testkit::burn_xids_to(&db.pool, boundary - margin).await.unwrap();
 }
 
 /// Appends one event in its own transaction; returns its id and position.

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use highwater_testkit::TestCluster;
 
 const CONSUMERS: &str = r#"
 apiVersion: highwater.dev/v1alpha1

@@ -1,5 +1,10 @@
-//! A throwaway PostgreSQL cluster from the machine's server binaries: the quickstart's database
-//! and the test harness's. Its data directory is a temporary directory removed on drop.
+//! A throwaway PostgreSQL cluster from the machine's server binaries: the quickstart's database.
+//! Its data directory is a temporary directory removed on drop. The tests' harness
+//! (`highwater-testkit`: a shared cluster, replicas, transaction-id boundaries) builds on the
+//! lifecycle steps public here: [`EmbeddedPostgres::prepare`], [`initdb`], [`run`].
+//!
+//! [`initdb`]: EmbeddedPostgres::initdb
+//! [`run`]: EmbeddedPostgres::run
 use std::{
     fs::File,
     net::TcpListener,
@@ -16,18 +21,12 @@ use nix::{
 
 use crate::{Error, Result};
 
-mod replica;
-
 /// Server settings; the defaults favour speed because the cluster is thrown away.
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
     pub settings: Vec<(String, String)>,
     /// A fixed port instead of a free one.
     pub port: Option<u16>,
-    /// Start the cluster's transaction counter here (an `xid8`: epoch in the high 32 bits)
-    /// instead of just after initdb's, so tests can cross the boundaries a long-lived database
-    /// crosses: a power of ten, and the 32-bit epoch. Set with `pg_resetwal -x/-e`.
-    pub next_xid: Option<u64>,
     /// These server binaries instead of [`find_bindir`]'s: for a test that needs one major
     /// whatever `$HIGHWATER_PG_BINDIR` says (the refusal of PostgreSQL 13).
     pub bindir: Option<PathBuf>,
@@ -43,7 +42,6 @@ impl Default for EmbeddedOptions {
                 ("max_connections".into(), "200".into()),
             ],
             port: None,
-            next_xid: None,
             bindir: None,
         }
     }
@@ -129,6 +127,20 @@ impl EmbeddedPostgres {
     /// initdb into a new temporary directory, then start the server on a free loopback port.
     /// As root, both run as the `postgres` (or `nobody`) user: PostgreSQL refuses to run as root.
     pub async fn start(options: EmbeddedOptions) -> Result<Self> {
+        let mut pg = Self::prepare(options)?;
+        pg.initdb()?;
+        pg.run().await?;
+        Ok(pg)
+    }
+
+    /// The first step of [`start`](Self::start): a new temporary directory owned by the user the
+    /// server will run as, its port chosen, no cluster in it yet. The next steps are [`initdb`]
+    /// (or another way to fill [`data_dir`], as a base backup) and [`run`].
+    ///
+    /// [`initdb`]: Self::initdb
+    /// [`data_dir`]: Self::data_dir
+    /// [`run`]: Self::run
+    pub fn prepare(options: EmbeddedOptions) -> Result<Self> {
         let bindir = match options.bindir {
             Some(dir) if has_server(&dir) => dir,
             Some(dir) => return Err(Error::Embedded(format!("{} has no initdb and postgres", dir.display()))),
@@ -151,29 +163,35 @@ impl EmbeddedPostgres {
         } else {
             None
         };
-        let mut pg =
-            EmbeddedPostgres { dir: Some(dir), bindir, port: 0, run_as, child: None, settings: options.settings };
-        pg.initdb()?;
-        if let Some(xid) = options.next_xid {
-            pg.reset_next_xid(xid)?;
-        }
-        pg.port = match options.port {
+        let port = match options.port {
             Some(p) => p,
             None => free_port()?,
         };
-        pg.spawn().await?;
-        Ok(pg)
+        Ok(EmbeddedPostgres { dir: Some(dir), bindir, port, run_as, child: None, settings: options.settings })
     }
 
-    fn data_dir(&self) -> PathBuf {
+    /// The cluster's data directory (`data` in [`root`](Self::root)).
+    pub fn data_dir(&self) -> PathBuf {
         self.root().join("data")
     }
 
-    fn root(&self) -> &Path {
+    /// The temporary directory that holds the data directory and `postgres.log`; removed on drop.
+    pub fn root(&self) -> &Path {
         self.dir.as_ref().expect("data directory present until drop").path()
     }
 
-    fn command(&self, program: &str) -> Command {
+    /// The user the server runs as when this process is root (PostgreSQL refuses root); files
+    /// written into the data directory must be given to it.
+    pub fn owner(&self) -> Option<&User> {
+        self.run_as.as_ref()
+    }
+
+    /// One of the server's programs (`pg_resetwal`, `pg_basebackup`, …), run in [`root`] as
+    /// [`owner`].
+    ///
+    /// [`root`]: Self::root
+    /// [`owner`]: Self::owner
+    pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new(self.bindir.join(program));
         c.current_dir(self.root()).env_remove("PGDATA");
         if let Some(u) = &self.run_as {
@@ -196,7 +214,8 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
-    fn initdb(&self) -> Result<()> {
+    /// Creates the cluster in [`data_dir`](Self::data_dir) (superuser `postgres`, trust).
+    pub fn initdb(&self) -> Result<()> {
         // No --no-instructions (14's): the output is captured anyway, and 13 must start, to be
         // refused by the tests of the version check.
         self.run_on_data_dir(
@@ -205,60 +224,8 @@ impl EmbeddedPostgres {
         )
     }
 
-    /// `pg_resetwal -x/-e` on the stopped cluster. The commit-log segment that holds the new id
-    /// must exist before the server starts (as pg_resetwal's manual says), so it is created
-    /// zero-filled: no transaction in it has committed yet.
-    fn reset_next_xid(&self, next: u64) -> Result<()> {
-        let (epoch, xid) = ((next >> 32) as u32, next as u32);
-        if xid < 3 {
-            return Err(Error::Embedded(format!(
-                "next_xid {next}: its low 32 bits must be at least 3 (ids 0-2 are reserved)"
-            )));
-        }
-        // initdb creates the `postgres` database after freezing template1: rows with ordinary
-        // xmins that a counter moved 2^31 ahead would read as written in the future (invisible).
-        // Freeze them first, in single-user mode.
-        let mut single = self
-            .command("postgres")
-            .args(["--single", "-D"])
-            .arg(self.data_dir())
-            .arg("postgres")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(Error::io("starting postgres --single"))?;
-        std::io::Write::write_all(single.stdin.as_mut().expect("piped stdin"), b"VACUUM FREEZE;\n")
-            .map_err(Error::io("writing to postgres --single"))?;
-        drop(single.stdin.take());
-        let out = single.wait_with_output().map_err(Error::io("running postgres --single"))?;
-        if !out.status.success() {
-            return Err(Error::Embedded(format!("VACUUM FREEZE failed: {}", String::from_utf8_lossy(&out.stderr))));
-        }
-        // 32 pages of 8 kB, two status bits a transaction: 1,048,576 transactions a segment.
-        const XACTS_PER_SEGMENT: u32 = 32 * 8192 * 4;
-        let segment = self.data_dir().join("pg_xact").join(format!("{:04X}", xid / XACTS_PER_SEGMENT));
-        if !segment.exists() {
-            std::fs::write(&segment, vec![0u8; 32 * 8192]).map_err(Error::io("creating a pg_xact segment"))?;
-            if let Some(u) = &self.run_as {
-                let _ = chown(&segment, Some(u.uid), Some(u.gid));
-            }
-        } else {
-            // initdb writes only the pages it used (the first of segment 0): an id further into
-            // the segment needs its page there too, zero-filled likewise.
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&segment)
-                .map_err(Error::io("opening a pg_xact segment"))?;
-            let len = f.metadata().map_err(Error::io("reading a pg_xact segment"))?.len();
-            if len < 32 * 8192 {
-                f.set_len(32 * 8192).map_err(Error::io("extending a pg_xact segment"))?;
-            }
-        }
-        self.run_on_data_dir("pg_resetwal", &["-x", &xid.to_string(), "-e", &epoch.to_string(), "-D"])
-    }
-
-    async fn spawn(&mut self) -> Result<()> {
+    /// Starts the server on [`port`](Self::port) and waits until it accepts connections.
+    pub async fn run(&mut self) -> Result<()> {
         let log_path = self.root().join("postgres.log");
         let log = File::create(&log_path).map_err(Error::io("creating postgres.log"))?;
         if let Some(u) = &self.run_as {
@@ -301,6 +268,26 @@ impl EmbeddedPostgres {
         self.port
     }
 
+    /// The port the next [`run`](Self::run) listens on.
+    pub fn set_port(&mut self, port: u16) {
+        self.port = port;
+    }
+
+    /// The server binaries' directory.
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+
+    /// The settings the server runs with (`-c name=value`).
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.settings
+    }
+
+    /// The postmaster's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// URL of the `postgres` database as the superuser `postgres`.
     pub fn url(&self) -> String {
         self.url_for("postgres")
@@ -320,61 +307,28 @@ impl EmbeddedPostgres {
         Ok(self.url_for(name))
     }
 
-    /// A superuser `role` that must log in over TCP with `password` (scram-sha-256; every other
-    /// role keeps trust), and the URL that does. For tests of how passwords are handled.
-    pub async fn create_password_login(&self, role: &str, password: &str) -> Result<String> {
-        // Both go into SQL, pg_hba.conf and the URL verbatim.
-        if !role.chars().chain(password.chars()).all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::Internal("create_password_login: role and password must be alphanumeric".into()));
-        }
-        let pool = sqlx::PgPool::connect(&self.url()).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'")))
-            .execute(&pool)
-            .await?;
-        let hba: String = sqlx::query_scalar("SHOW hba_file").fetch_one(&pool).await?;
-        let rules = std::fs::read_to_string(&hba).map_err(Error::io("reading pg_hba.conf"))?;
-        // pg_hba.conf is first match: the password rule goes before the trust rules.
-        std::fs::write(&hba, format!("host all {role} 127.0.0.1/32 scram-sha-256\n{rules}"))
-            .map_err(Error::io("writing pg_hba.conf"))?;
-        sqlx::query("SELECT pg_reload_conf()").execute(&pool).await?;
-        pool.close().await;
-        Ok(format!("postgres://{role}:{password}@127.0.0.1:{}/postgres", self.port))
-    }
-
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.root().join("postgres.log")).unwrap_or_default()
     }
 
     /// Stops the server (fast shutdown: open transactions are rolled back) and waits for it.
     pub fn stop(&mut self) {
+        self.stop_with(Signal::SIGINT);
+    }
+
+    /// Stops the server with `signal` (SIGINT fast, SIGQUIT immediate, SIGKILL as a crash would),
+    /// killing it if it has not exited within 15 s.
+    pub fn stop_with(&mut self, signal: Signal) {
         if let Some(mut child) = self.child.take() {
-            stop_child(&mut child, Signal::SIGINT, Duration::from_secs(15));
+            stop_child(&mut child, signal, Duration::from_secs(15));
         }
     }
 
     /// Stops and starts the server on the same port and data directory.
     pub async fn restart(&mut self) -> Result<()> {
         self.stop();
-        self.spawn().await
+        self.run().await
     }
-}
-
-/// Uses up transaction ids until the next one assigned is at least `target` (an `xid8`), so a
-/// test can stand just below a boundary after its setup. One server-side loop, a commit each.
-pub async fn burn_xids_to(pool: &sqlx::PgPool, target: u64) -> Result<()> {
-    let next: crate::Xid8 =
-        sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetch_one(pool).await?;
-    if next.0 >= target {
-        return Ok(());
-    }
-    let n = target - next.0;
-    // The simple protocol: a DO block may commit only outside a transaction block.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DO $$ BEGIN FOR i IN 1..{n} LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$"
-    )))
-    .execute(pool)
-    .await?;
-    Ok(())
 }
 
 impl Drop for EmbeddedPostgres {

@@ -1,4 +1,4 @@
-//! Developer tools: a throwaway PostgreSQL (the quickstart's and the tests') and the quickstart.
+//! Developer tools: the quickstart and its throwaway PostgreSQL. The tests' harness built on it
+//! (a shared cluster, replicas, PgBouncer, transaction-id boundaries) is `highwater-testkit`.
 pub mod embedded;
-pub mod pgbouncer;
 pub mod quickstart;

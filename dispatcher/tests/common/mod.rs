@@ -1,7 +1,9 @@
-//! Test harness: a throwaway PostgreSQL cluster per test, real `highwater` processes.
+//! Test harness: a throwaway PostgreSQL database per test (on a cluster of its own, or on the
+//! test binary's shared cluster), real `highwater` processes.
 #![allow(dead_code)]
 
 use std::{
+    ops::{Deref, DerefMut},
     path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -21,28 +23,74 @@ use sqlx::PgPool;
 pub struct TestDb {
     pub pool: PgPool,
     pub url: String,
-    pub pg: EmbeddedPostgres,
+    pub pg: Cluster,
 }
 
-/// A new cluster, migrated, with the event types `types` registered (no schema).
+/// The cluster a [`TestDb`] is on.
+pub enum Cluster {
+    /// Its own: the test may restart, kill or reconfigure it. (Boxed: the other variant is a
+    /// reference.)
+    Own(Box<EmbeddedPostgres>),
+    /// The test binary's, shared with the other tests of the binary ([`shared`]).
+    Shared(&'static EmbeddedPostgres),
+}
+
+impl From<EmbeddedPostgres> for Cluster {
+    fn from(pg: EmbeddedPostgres) -> Self {
+        Cluster::Own(Box::new(pg))
+    }
+}
+
+impl Deref for Cluster {
+    type Target = EmbeddedPostgres;
+
+    fn deref(&self) -> &EmbeddedPostgres {
+        match self {
+            Cluster::Own(pg) => pg,
+            Cluster::Shared(pg) => pg,
+        }
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut EmbeddedPostgres {
+        match self {
+            Cluster::Own(pg) => pg,
+            Cluster::Shared(_) => {
+                panic!("this test stops or restarts the shared cluster: give it a cluster of its own with `setup`")
+            }
+        }
+    }
+}
+
+/// A new cluster, migrated, with the event types `types` registered (no schema). For the tests
+/// that hold transactions open, read the fence or `pg_stat_*`, create roles, cross transaction-id
+/// boundaries or restart the server: everything else can use [`shared`].
 pub async fn setup(types: &[&str]) -> TestDb {
-    setup_with(types, EmbeddedOptions::default()).await
+    setup_on(EmbeddedPostgres::start(EmbeddedOptions::default()).await.expect("start postgres"), types).await
+}
+
+/// A new database of the test binary's shared cluster, cloned from its migrated template, with
+/// the event types `types` registered (highwater_testkit::shared_db).
+pub async fn shared(types: &[&str]) -> TestDb {
+    let db = highwater_testkit::shared_db(types).await;
+    TestDb { pool: db.pool, url: db.url, pg: Cluster::Shared(db.cluster) }
 }
 
 /// [`setup`] on a cluster whose transaction counter starts at `next_xid` (an `xid8`).
 pub async fn setup_at(types: &[&str], next_xid: u64) -> TestDb {
-    setup_with(types, EmbeddedOptions { next_xid: Some(next_xid), ..Default::default() }).await
+    let pg = highwater_testkit::start_at(EmbeddedOptions::default(), next_xid).await.expect("start postgres");
+    setup_on(pg, types).await
 }
 
-async fn setup_with(types: &[&str], options: EmbeddedOptions) -> TestDb {
-    let pg = EmbeddedPostgres::start(options).await.expect("start postgres");
+async fn setup_on(pg: EmbeddedPostgres, types: &[&str]) -> TestDb {
     let url = pg.url();
     let pool = db::connect(&url, 20).await.expect("connect");
     db::migrate(&pool).await.expect("migrate");
     for t in types {
         event_types::register(&pool, t, None, None).await.expect("register type");
     }
-    TestDb { pool, url, pg }
+    TestDb { pool, url, pg: pg.into() }
 }
 
 pub async fn apply(pool: &PgPool, yaml: &str) {

@@ -30,7 +30,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use highwater::embedded::{EmbeddedOptions, EmbeddedPostgres};
+use highwater::embedded::EmbeddedOptions;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -427,15 +427,12 @@ pub async fn run(config: Config, work: &std::path::Path) -> Result<Report> {
     let bin = fleet::highwater_bin()?;
     let start_xid = config.xid_boundary.checked_sub(config.xid_lead).context("--xid-lead is above --xid-boundary")?;
     // The broker starts meanwhile: its JVM takes seconds.
-    let (pg, broker) = tokio::join!(
-        EmbeddedPostgres::start(EmbeddedOptions { next_xid: Some(start_xid), ..Default::default() }),
-        async {
-            match config.no_kafka {
-                true => Ok(None),
-                false => kafka::ChaosKafka::start().await.map(Some),
-            }
+    let (pg, broker) = tokio::join!(highwater_testkit::start_at(EmbeddedOptions::default(), start_xid), async {
+        match config.no_kafka {
+            true => Ok(None),
+            false => kafka::ChaosKafka::start().await.map(Some),
         }
-    );
+    });
     let pg = pg.context("starting PostgreSQL")?;
     let broker = broker?;
     let admin = highwater::db::connect(&pg.url(), 10).await?;

@@ -14,8 +14,10 @@ use nix::{
     unistd::{User, chown},
 };
 
-use super::embedded::{free_port, stop_child};
-use crate::{Error, Result};
+use highwater::{
+    Error, Result,
+    embedded::{free_port, stop_child},
+};
 
 /// PgBouncer's `pool_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
