@@ -3,6 +3,8 @@
 //! here. The store (`highwater-store`, store/) and the engine (`highwater-engine`, engine/) are
 //! crates of their own that do not depend on this one: Cargo refuses their upward imports (a
 //! dependency cycle), so they need no rule here. This file goes when the tools leave the crate.
+//! It also holds that no crate above the store runs a statement (a text scan: a crate that uses
+//! sqlx for its pool types could still call `sqlx::query`).
 use std::path::{Path, PathBuf};
 
 /// Modules (as re-exported at the crate root) that each layer must not name.
@@ -69,4 +71,38 @@ fn layers_depend_only_downwards() {
 fn the_reader_finds_grouped_and_plain_imports() {
     let names = named_modules("use crate::{Error, shards::{self, Status}, cli};\nlet x = crate::sse::Hub::sink;");
     assert_eq!(names, ["Error", "shards", "cli", "sse"]);
+}
+
+/// What running a statement looks like in Rust, with sqlx or around it.
+const STATEMENT_CALLS: [&str; 4] = ["sqlx::query", "query_as", "query_scalar", "raw_sql"];
+
+/// The store owns every statement (issue 45): no crate above it runs one of its own. The engine's
+/// own test (`engine/tests/no_sql.rs`) also keeps sqlx out of its dependencies.
+#[test]
+fn no_crate_above_the_store_runs_a_statement() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for krate in ["ops", "engine", "dispatcher", "operator"] {
+        let mut files = Vec::new();
+        rust_files(&root.join(krate).join("src"), &mut files);
+        assert!(!files.is_empty(), "no sources under {krate}/src");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if STATEMENT_CALLS.iter().any(|c| line.contains(c)) {
+                    found.push(format!(
+                        "{}:{}: {}",
+                        file.strip_prefix(&root).unwrap_or(&file).display(),
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "statements outside highwater-store; give each a typed function there:\n{}",
+        found.join("\n")
+    );
 }

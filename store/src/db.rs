@@ -106,6 +106,23 @@ pub async fn wait_reachable(pool: &PgPool, url: &str, give_up_after: Duration) -
 }
 
 /// Whether the database answers a statement now (the dispatcher's `/readyz`).
+/// `CREATE DATABASE name` on the server `pool` is connected to (the embedded PostgreSQL's, for the
+/// tests' and the quickstart's throwaway databases). A name cannot be a parameter: it is quoted
+/// as an identifier, as libpq quotes one.
+pub async fn create_database(pool: &PgPool, name: &str) -> Result<()> {
+    let statement = format!("CREATE DATABASE {}", postgres_protocol::escape::escape_identifier(name));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement)).execute(pool).await?;
+    Ok(())
+}
+
+/// Whether a consumer named `name` is defined (it may have no shards yet).
+pub async fn consumer_exists(pool: &PgPool, name: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM highwater.consumers WHERE name = $1)")
+        .bind(name)
+        .fetch_one(pool)
+        .await?)
+}
+
 pub async fn ping(pool: &PgPool) -> Result<()> {
     sqlx::query(PING).execute(pool).await?;
     Ok(())

@@ -50,6 +50,7 @@ pub mod pg {
 }
 pub mod pooler;
 pub mod position;
+pub mod quickstart;
 pub mod reach;
 pub mod read_ahead;
 pub mod retention;

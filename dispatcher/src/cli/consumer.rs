@@ -254,12 +254,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::Status { name, output } => {
             let rows = ops::status(pool, Some(&name)).await?;
             if rows.is_empty() {
-                let exists: bool =
-                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM highwater.consumers WHERE name = $1)")
-                        .bind(&name)
-                        .fetch_one(pool)
-                        .await?;
-                if exists {
+                if highwater_store::db::consumer_exists(pool, &name).await? {
                     println!("consumer {name} has no shards yet: no dispatcher of its group has started");
                     return Ok(());
                 }

@@ -300,9 +300,7 @@ impl EmbeddedPostgres {
     /// Creates a database and returns its URL.
     pub async fn create_database(&self, name: &str) -> Result<String> {
         let pool = sqlx::PgPool::connect(&self.url()).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""))))
-            .execute(&pool)
-            .await?;
+        highwater_store::db::create_database(&pool, name).await?;
         pool.close().await;
         Ok(self.url_for(name))
     }

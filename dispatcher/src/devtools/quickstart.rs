@@ -63,7 +63,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     let pool = db::connect(url, 8).await?;
     db::migrate(&pool).await?;
     println!("schema migrated on {}", db::describe_target(url));
-    sqlx::raw_sql(include_str!("../../../examples/schema.sql")).execute(&pool).await?;
+    highwater_store::quickstart::create_example_schema(&pool).await?;
     for (name, schema) in [
         ("OrderPlaced", include_str!("../../../examples/event-types/OrderPlaced.schema.json")),
         ("OrderCancelled", include_str!("../../../examples/event-types/OrderCancelled.schema.json")),
@@ -93,10 +93,7 @@ async fn scenario(url: &str, a: &QuickstartArgs) -> Result<()> {
     // every process, or events appended before it registered are (rightly) not its to deliver.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let registered: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'cache-invalidation'")
-                .fetch_one(&pool)
-                .await?;
+        let registered = highwater_store::quickstart::shards_of(&pool, "cache-invalidation").await?;
         if registered as usize >= a.instances {
             break;
         }
@@ -270,9 +267,8 @@ async fn summary(pool: &sqlx::PgPool, logs: &Path, written: usize, instances: us
     };
     let audit = count(".out", "order-audit-log");
     let cache = count(".err", "cache-invalidation");
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM order_totals").fetch_one(pool).await?;
-    let last: Option<i64> = sqlx::query_scalar("SELECT max(last_event_id) FROM order_totals").fetch_one(pool).await?;
-    let max_event: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(pool).await?;
+    let highwater_store::quickstart::Projected { orders, last_applied: last, newest_event: max_event } =
+        highwater_store::quickstart::projected(pool).await?;
     println!("\nappended {written} events in concurrent transactions");
     println!("  order-audit-log (Shared, log):           {audit} lines across {instances} processes (one per event)");
     println!("  cache-invalidation (PerInstance, log):   {cache} lines ({} per process)", cache / instances.max(1));
