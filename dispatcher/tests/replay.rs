@@ -195,7 +195,8 @@ async fn a_damaged_projection_row_is_rebuilt_by_replaying_its_stream_once_in_ord
     .await
     .unwrap();
     assert_eq!(plan.selected.iter().map(|s| s.event_id).collect::<Vec<_>>(), vec![o1[1], o1[2]]);
-    let p = replay::wait(&db.pool, &plan, Duration::from_secs(30)).await.unwrap();
+    let op = highwater_ops::Replay { consumer: "a".into(), stream: "order/o-1".into(), since: Some(o1[1]) };
+    let p = highwater_ops::wait(&op, &db.pool, &plan, Duration::from_secs(30)).await.unwrap();
     assert_eq!(p, replay::Progress { replayed: 2, failed: vec![], pending: 0 });
     assert_eq!(applied(&db.pool, o1[0]).await, 2);
     assert_eq!(applied(&db.pool, o1[1]).await, 3);

@@ -9,7 +9,6 @@
 //! Only events at or below the shard's cursor are taken (never ahead of live delivery), of the
 //! types the consumer selects, of the shard's partition. An event that is a dead letter of the
 //! shard not yet redriven is left out: it was never applied, and `consumer redrive` is its path.
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -267,18 +266,6 @@ pub async fn progress(pool: &PgPool, plan: &Plan) -> Result<Progress> {
         }
     }
     Ok(p)
-}
-
-/// Polls [`progress`] until nothing is pending or `timeout` has passed.
-pub async fn wait(pool: &PgPool, plan: &Plan, timeout: Duration) -> Result<Progress> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let p = progress(pool, plan).await?;
-        if p.pending == 0 || tokio::time::Instant::now() >= deadline {
-            return Ok(p);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 // ---- The dispatcher's side (the engine's dispatch::redrive). ----
