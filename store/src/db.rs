@@ -115,14 +115,6 @@ pub async fn create_database(pool: &PgPool, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether a consumer named `name` is defined (it may have no shards yet).
-pub async fn consumer_exists(pool: &PgPool, name: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM highwater.consumers WHERE name = $1)")
-        .bind(name)
-        .fetch_one(pool)
-        .await?)
-}
-
 pub async fn ping(pool: &PgPool) -> Result<()> {
     sqlx::query(PING).execute(pool).await?;
     Ok(())

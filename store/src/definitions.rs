@@ -354,6 +354,14 @@ async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {
     Ok(())
 }
 
+/// Whether a consumer named `name` is defined (it may have no shards yet).
+pub async fn exists(pool: &PgPool, name: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM highwater.consumers WHERE name = $1)")
+        .bind(name)
+        .fetch_one(pool)
+        .await?)
+}
+
 /// Deletes a consumer and all its shards.
 pub async fn delete(pool: &PgPool, name: &str) -> Result<()> {
     let n = sqlx::query("DELETE FROM highwater.consumers WHERE name = $1").bind(name).execute(pool).await?;

@@ -254,7 +254,7 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
         ConsumerCmd::Status { name, output } => {
             let rows = ops::status(pool, Some(&name)).await?;
             if rows.is_empty() {
-                if highwater_store::db::consumer_exists(pool, &name).await? {
+                if highwater_store::definitions::exists(pool, &name).await? {
                     println!("consumer {name} has no shards yet: no dispatcher of its group has started");
                     return Ok(());
                 }
