@@ -227,7 +227,11 @@ async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it()
     )
     .await;
     let logs = tempfile::tempdir().unwrap();
-    let d = Dispatcher::start(&db.url, "pod-a", logs.path());
+    // The read beside a SQL batch is the per-shard pass's (a group pass reads once for all its
+    // members and has no batch to read beside): a SQL consumer uses it when it delivers alone
+    // (far behind, or slow: docs/delivery.md, "The group pass"). The group stays off here so that
+    // the first batch is the shard's own from the start.
+    let d = Dispatcher::start_with_env(&db.url, "pod-a", logs.path(), &[("HIGHWATER_PER_CONSUMER_PASS", "true")]);
     let (used, discarded) = (USED, DISCARDED);
 
     // The first batch running (its transaction open, nothing committed yet; it holds on event 3).

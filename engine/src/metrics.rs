@@ -49,6 +49,15 @@ pub struct ReadAheadLabels {
     pub outcome: &'static str,
 }
 
+/// `outcome` of a shard's part in a group pass (dispatch/group.rs): `delivered` (batch applied
+/// and cursor moved with the group), `moved` (cursor moved past other types' events), `alone`
+/// (its own pass ran instead), `failed` (its batch failed; its own claim handled the failure),
+/// `busy` (another process held it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    pub outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConsumerLabels {
     pub consumer: String,
@@ -82,6 +91,8 @@ pub struct Metrics {
     pub sink_publish: Family<SinkLabels, Histogram, fn() -> Histogram>,
     pub partitions_owned: Family<ConsumerLabels, Gauge>,
     pub read_ahead: Family<ReadAheadLabels, Counter>,
+    pub group_passes: Counter,
+    pub group_parts: Family<GroupLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -113,6 +124,8 @@ impl Metrics {
             sink_publish: Family::new_with_constructor(latency_histogram),
             partitions_owned: Family::default(),
             read_ahead: Family::default(),
+            group_passes: Counter::default(),
+            group_parts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -202,6 +215,17 @@ impl Metrics {
             "Batches read while the previous one was delivered (external sinks, full batches), by whether \
              the next pass used them or read again because the shard changed meanwhile",
             m.read_ahead.clone(),
+        );
+        registry.register(
+            "group_passes",
+            "Group passes: one claim, one read and one transaction for the due passes of many consumers",
+            m.group_passes.clone(),
+        );
+        registry.register(
+            "group_pass_shards",
+            "Shards' parts in group passes, by outcome: delivered, moved (past other types' events), alone \
+             (ran its own pass instead), failed (its batch failed; handled under its own claim), busy",
+            m.group_parts.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -36,6 +36,7 @@ pub mod dispatchers;
 pub mod doctor;
 pub mod event_types;
 pub mod events;
+pub mod group;
 pub mod head;
 pub mod kubernetes;
 pub mod migrate;
@@ -47,6 +48,8 @@ pub mod partitions;
 /// depend on sqlx: every statement is this crate's (docs/architecture.md).
 pub mod pg {
     pub use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+    /// A connection taken from a pool (returned to it when dropped).
+    pub type PoolConnection = sqlx::pool::PoolConnection<Postgres>;
 }
 pub mod pooler;
 pub mod position;

@@ -186,7 +186,7 @@ pub async fn register_for_pod(conn: &mut PgConnection, consumer: &str, pod: &str
     Ok(false)
 }
 
-const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
+pub(crate) const SHARD_COLUMNS: &str = "consumer, instance_id, cursor_tx, cursor_id, status, \
      attempts, last_error, failing_event_id, next_attempt_at, \
      (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint AS retry_in_ms, \
      CASE WHEN cursor_tx < pg_snapshot_xmax(bootstrap_snapshot) THEN bootstrap_seen ELSE '{}' END AS skip, \
@@ -247,7 +247,7 @@ pub struct ShardLock {
     key: String,
 }
 
-fn lock_key(consumer: &str, instance: &str) -> String {
+pub(crate) fn lock_key(consumer: &str, instance: &str) -> String {
     format!("highwater\u{1f}{consumer}\u{1f}{instance}")
 }
 

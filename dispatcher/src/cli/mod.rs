@@ -103,6 +103,11 @@ pub struct DispatchArgs {
     /// bounds stay exact); 0 moves it on every head move.
     #[arg(long, env = "HIGHWATER_LAZY_CURSOR_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub lazy_cursor_interval: Duration,
+    /// Every consumer runs its own passes instead of the group pass (docs/delivery.md, "The group
+    /// pass"): for comparing the two in the benchmark, and for the tests of the per-shard pass's
+    /// own mechanisms.
+    #[arg(long, hide = true, env = "HIGHWATER_PER_CONSUMER_PASS")]
+    pub per_consumer_pass: bool,
     /// How often this dispatcher refreshes its liveness row while its group has a partitioned
     /// consumer (10× less often otherwise); the group shares the partitions among live
     /// dispatchers, and one silent for 5 intervals is gone (100ms at least).
@@ -208,6 +213,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             cfg.idle_poll_interval = a.idle_poll_interval;
             cfg.busy_poll_interval = a.busy_poll_interval;
             cfg.lazy_cursor_interval = a.lazy_cursor_interval;
+            cfg.group_pass = !a.per_consumer_pass;
             cfg.shutdown_grace = a.shutdown_grace;
             cfg.membership_interval = a.membership_interval;
             cfg.metrics_interval = a.metrics_interval;

@@ -85,11 +85,16 @@ struct Drained {
     dispatcher_us: f64,
 }
 
-async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64) -> Result<Drained> {
+/// `per_consumer`: every consumer runs its own passes (`--per-consumer-pass`), the shape before
+/// the group pass, for the comparison.
+async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64, per_consumer: bool) -> Result<Drained> {
     let types = sizes.consumers_types;
     let mut name = if mix == Mix::Skewed { format!("consumers_skewed_{n}") } else { format!("consumers_{n}") };
     if per_tx != 1 {
         name = format!("{name}_tx{per_tx}");
+    }
+    if per_consumer {
+        name = format!("{name}_alone");
     }
     let db = bench.scenario(&name).await?;
     for t in 0..types {
@@ -101,7 +106,8 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64) 
     }
     let last_id: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await?;
     let (names, yaml) = split_consumers(n, types, "consumers", sizes.batch, SINK);
-    let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &DispatcherOpts::group("consumers")).await?;
+    let opts = DispatcherOpts { per_consumer_pass: per_consumer, ..DispatcherOpts::group("consumers") };
+    let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &opts).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     sqlx::query("SELECT pg_stat_statements_reset()").execute(&db.pool).await?;
     let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu()?);
@@ -133,13 +139,17 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
     runs.extend(sizes.consumers_tx_sizes.iter().map(|&k| (Mix::Uniform, &sizes.consumers_tx_counts, k)));
     for (mix, counts, per_tx) in runs {
         let mut one = None;
-        for &n in counts {
-            let r = drain(bench, sizes, n, mix, per_tx).await?;
+        // The largest count once more with every consumer on its own passes, beside the group's.
+        let largest = counts.iter().copied().max().filter(|&n| n > 1);
+        let passes = counts.iter().map(|&n| (n, false)).chain(largest.map(|n| (n, true)));
+        for (n, per_consumer) in passes {
+            let r = drain(bench, sizes, n, mix, per_tx, per_consumer).await?;
             let subject = format!(
-                "{n} consumer{}{}{}",
+                "{n} consumer{}{}{}{}",
                 if n == 1 { "" } else { "s" },
                 if mix == Mix::Skewed { ", skewed" } else { "" },
-                if per_tx == 1 { String::new() } else { format!(", {per_tx} events/tx") }
+                if per_tx == 1 { String::new() } else { format!(", {per_tx} events/tx") },
+                if per_consumer { ", per-consumer passes" } else { "" }
             );
             let note = format!(
                 "{} events over {} types{}, {} a transaction, {} deliveries, SQL projection",

@@ -25,6 +25,8 @@ pub struct DispatcherOpts {
     pub busy_poll_interval: Duration,
     /// `--lazy-cursor-interval`; `None`: the dispatcher's default.
     pub lazy_cursor_interval: Option<Duration>,
+    /// `--per-consumer-pass`: every consumer its own passes (the shape before the group pass).
+    pub per_consumer_pass: bool,
 }
 
 impl DispatcherOpts {
@@ -35,6 +37,7 @@ impl DispatcherOpts {
             idle_poll_interval: Duration::from_secs(1),
             busy_poll_interval: Duration::from_millis(5),
             lazy_cursor_interval: None,
+            per_consumer_pass: false,
         }
     }
 }
@@ -57,6 +60,7 @@ impl DispatcherProc {
             .args(["--poll-interval", &ms(opts.poll_interval), "--idle-poll-interval", &ms(opts.idle_poll_interval)])
             .args(["--busy-poll-interval", &ms(opts.busy_poll_interval)])
             .args(opts.lazy_cursor_interval.iter().flat_map(|d| ["--lazy-cursor-interval".to_owned(), ms(*d)]))
+            .args(opts.per_consumer_pass.then_some("--per-consumer-pass"))
             .args(["--listen", &format!("127.0.0.1:{http_port}"), "--shutdown-grace", "2s"])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "warn,sqlx=error")

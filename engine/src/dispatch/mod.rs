@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{http, metrics::Metrics, sink, sse};
 use highwater_store::{Error, Result, definitions, shards};
 
+mod group;
 mod held;
 mod membership;
 mod observe;
@@ -48,6 +49,9 @@ pub struct DispatchConfig {
     pub lazy_cursor_interval: Duration,
     /// How long SIGTERM waits for passes in flight before abandoning them.
     pub shutdown_grace: Duration,
+    /// Whether the passes due together go through one group pass (dispatch/group.rs); false:
+    /// every shard runs its own (kept to compare the two in the benchmark).
+    pub group_pass: bool,
     /// Where `/metrics`, `/healthz`, `/readyz` and the SSE streams are served; `None`: nowhere.
     pub listen: Option<SocketAddr>,
     /// Refresh of the lag, status and fence-age gauges.
@@ -86,6 +90,7 @@ impl DispatchConfig {
             heartbeat_interval: Duration::from_secs(10),
             membership_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
+            group_pass: true,
             listen: None,
             metrics_interval: Duration::from_secs(5),
             sse_tokens: sse::Tokens::default(),
@@ -129,6 +134,8 @@ struct Env {
     partitioned_tx: watch::Sender<bool>,
     metrics: Arc<Metrics>,
     hub: Arc<sse::Hub>,
+    /// Where due passes go together; `None` with `group_pass` off.
+    group: Option<group::Group>,
 }
 
 /// Runs until `shutdown` is cancelled, then waits up to `shutdown_grace` for passes in flight.
@@ -141,7 +148,10 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         control: watch::channel(0).0,
         listening: watch::channel(false).0,
     });
+    let bg = CancellationToken::new();
+    let metrics = Arc::new(Metrics::new());
     let env = Env {
+        group: cfg.group_pass.then(|| group::Group::start(pool.clone(), metrics.clone(), bg.clone())),
         pool: pool.clone(),
         head_rx,
         touched: Arc::default(),
@@ -150,12 +160,11 @@ pub async fn run(pool: PgPool, cfg: DispatchConfig, shutdown: CancellationToken)
         redrive_tx: watch::channel(Arc::default()).0,
         members_tx: watch::channel(Arc::new(membership::Members::alone(&cfg.instance_id))).0,
         partitioned_tx: watch::channel(false).0,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         hub: Arc::new(sse::Hub::default()),
         cfg,
     };
     let cfg = &env.cfg;
-    let bg = CancellationToken::new();
     let ready = Arc::new(AtomicBool::new(false));
 
     // Serve health (not ready yet) from the start, so a probe sees the process come up.
@@ -439,6 +448,7 @@ async fn reconcile(env: &Env, running: &mut HashMap<String, Running>, startup: b
                 },
                 stop.clone(),
                 worker::Pacing { poll: cfg.poll_interval, lazy: cfg.lazy_cursor_interval },
+                env.group.clone(),
             )));
         }
         running.insert(d.name.clone(), Running { spec: d.spec, shards: ids, stop, handles });

@@ -41,12 +41,12 @@ impl ShardCtx {
         )
     }
 
-    fn labels(&self) -> ShardLabels {
+    pub(super) fn labels(&self) -> ShardLabels {
         ShardLabels::new(&self.consumer, &self.instance_id)
     }
 
     /// Counts events whose delivery is committed (cursor moved) and observes their latency.
-    fn acknowledged(&self, events: &[highwater_store::Event]) {
+    pub(super) fn acknowledged(&self, events: &[highwater_store::Event]) {
         if events.is_empty() {
             return;
         }
@@ -241,6 +241,78 @@ async fn locked(
     }
 }
 
+/// A batch the group pass applied for this shard and saw fail (dispatch/group.rs): its failure
+/// is handled here, under the shard's own claim, as [`transactional`] handles a failure of its
+/// own batch, without applying the whole batch once more. When the shard is no longer as the
+/// group saw it (another process passed meanwhile), this is an ordinary pass.
+pub async fn group_failed(ctx: &ShardCtx, seen: &GroupFailure) -> Result<Outcome> {
+    let Sink::Transactional(sink) = &ctx.sink else {
+        return run(ctx, &mut None).await;
+    };
+    let Some(mut lock) = shards::try_lock(&ctx.pool, &ctx.consumer, &ctx.instance_id).await? else {
+        return Ok(Outcome::Busy);
+    };
+    let conn = lock.conn();
+    let outcome = match shards::load(conn, &ctx.consumer, &ctx.instance_id).await? {
+        Some(now)
+            if now.cursor == seen.shard.cursor
+                && now.status == seen.shard.status
+                && now.attempts == seen.shard.attempts
+                && now.failing_event_id == seen.shard.failing_event_id =>
+        {
+            let started = Instant::now();
+            let b = Pass { shard: &now, events: &seen.events, end: seen.end, full: seen.full };
+            let err = match (sink.prepare(conn).await, sink.statement()) {
+                (Err(e), _) => e,
+                // A set statement failed as a whole: find the event, or apply the batch if the
+                // failure does not recur, as the shard's own pass does.
+                (Ok(()), Some(statement)) if seen.whole => {
+                    let advance =
+                        Advance { shard: &now, from: now.cursor, to: b.end, delivered: b.events.len() as i64 };
+                    let who = (&*ctx.consumer, &*ctx.instance_id);
+                    match highwater_store::sql_sink::attribute_and_advance(conn, statement, who, b.events, &advance)
+                        .await?
+                    {
+                        highwater_store::sql_sink::Applied::Moved(_) => {
+                            ctx.handler_took(started);
+                            ctx.acknowledged(b.events);
+                            return finish(lock, Ok(b.delivered())).await;
+                        }
+                        highwater_store::sql_sink::Applied::Refused => return finish(lock, Ok(Outcome::Changed)).await,
+                        highwater_store::sql_sink::Applied::Failed(f) => {
+                            SinkError { index: f.index, message: f.message, deferred: f.deferred }
+                        }
+                    }
+                }
+                (Ok(()), _) => seen.error.clone(),
+            };
+            ctx.handler_took(started);
+            failed_batch(ctx, &**sink, conn, b, err).await
+        }
+        _ => locked(ctx, conn, &mut None, &mut false).await,
+    };
+    finish(lock, outcome).await
+}
+
+/// Releases the claim, then answers `outcome`.
+async fn finish(lock: ShardLock, outcome: Result<Outcome>) -> Result<Outcome> {
+    lock.release().await?;
+    outcome
+}
+
+/// What [`group_failed`] takes over from the group pass.
+#[derive(Debug)]
+pub struct GroupFailure {
+    /// The shard as the group loaded it.
+    pub shard: Shard,
+    pub events: Vec<highwater_store::Event>,
+    pub end: Position,
+    pub full: bool,
+    pub error: SinkError,
+    /// A set statement failed for the batch as a whole: the failing event is still to be found.
+    pub whole: bool,
+}
+
 /// Tries the switch to the new split; the shard row is gone when it happened.
 async fn at_barrier(ctx: &ShardCtx, conn: &mut PgConnection, cursor: Position) -> Result<Outcome> {
     match shards::repartition(conn, &ctx.consumer, false).await? {
@@ -318,6 +390,18 @@ async fn transactional(
         }
     };
     ctx.handler_took(started);
+    failed_batch(ctx, sink, conn, b, err).await
+}
+
+/// A batch that failed (`err`): the events before the failing one applied again, then the
+/// failure recorded in the same transaction.
+async fn failed_batch(
+    ctx: &ShardCtx,
+    sink: &dyn TransactionalSink,
+    conn: &mut PgConnection,
+    b: Pass<'_>,
+    err: SinkError,
+) -> Result<Outcome> {
     // Re-apply the events before the failing one, then record the failure in the same
     // transaction, so the progress and the failure land together. A sink that is not
     // deterministic may fail elsewhere the second time: the failure is then recorded where it

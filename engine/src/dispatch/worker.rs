@@ -5,6 +5,7 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
+    group::{Group, Reply},
     membership::Members,
     pass::{self, Outcome, ShardCtx},
     redrive::{self, Redriven},
@@ -72,7 +73,10 @@ pub async fn run(
     wakeups: Wakeups,
     stop: CancellationToken,
     Pacing { poll, lazy }: Pacing,
+    group: Option<Group>,
 ) {
+    // Through the group pass when it can serve this shard; `None`: every pass of its own.
+    let group = group.filter(|_| Group::serves(&ctx));
     // What this worker last saw of its cursor; `None` forces a pass.
     let mut known: Option<Position> = None;
     let mut retry_at: Option<Instant> = None;
@@ -152,7 +156,17 @@ pub async fn run(
             force = false;
             retry_at = None;
             lazy_until = None;
-            match pass::run(&ctx, &mut claim).await {
+            // A claim kept from its own pass (a backlog it drains alone) stays with it.
+            let grouped = match (&group, &claim) {
+                (Some(g), None) => g.pass(&ctx).await,
+                _ => Reply::Alone,
+            };
+            let result = match grouped {
+                Reply::Done(outcome) => Ok(outcome),
+                Reply::Alone => pass::run(&ctx, &mut claim).await,
+                Reply::Failed(failure) => pass::group_failed(&ctx, &failure).await,
+            };
+            match result {
                 Ok(outcome) => {
                     error_delay = Duration::from_millis(200);
                     halted = false;

@@ -57,6 +57,10 @@ impl TransactionalSink for Measured<dyn TransactionalSink> {
         self.inner.prepare(conn).await
     }
 
+    fn statement(&self) -> Option<&highwater_store::sql_sink::Statement> {
+        self.inner.statement()
+    }
+
     async fn begin<'c>(&self, conn: &'c mut PgConnection, who: (&str, &str)) -> Result<Transaction<'c, Postgres>> {
         self.inner.begin(conn, who).await
     }

@@ -114,6 +114,12 @@ pub trait TransactionalSink: Send + Sync {
     /// error fails the batch's first event.
     async fn prepare(&self, conn: &mut PgConnection) -> Result<(), SinkError>;
 
+    /// The SQL statement a group pass applies in its one transaction beside the group's other
+    /// consumers (dispatch/group.rs); `None`: this sink runs its own passes.
+    fn statement(&self) -> Option<&highwater_store::sql_sink::Statement> {
+        None
+    }
+
     /// Opens the cursor transaction on `conn`, with what the sink's work needs set in it (in the
     /// same round trip). `who`: the consumer and the instance.
     async fn begin<'c>(&self, conn: &'c mut PgConnection, who: (&str, &str)) -> Result<Transaction<'c, Postgres>>;

@@ -44,6 +44,10 @@ impl TransactionalSink for SqlSink {
         sql_sink::prepare(conn, &self.statement).await.map_err(sink_error)
     }
 
+    fn statement(&self) -> Option<&Statement> {
+        Some(&self.statement)
+    }
+
     async fn begin<'c>(&self, conn: &'c mut PgConnection, who: (&str, &str)) -> Result<Transaction<'c, Postgres>> {
         sql_sink::begin(conn, &self.statement, who).await
     }

@@ -77,6 +77,21 @@ pub async fn apply_and_advance(
     }
 }
 
+/// For a batch whose set statement failed as a whole (in a group pass, `super::group`): applies
+/// it again one event at a time, in a transaction of its own, to name the failing event, or to
+/// apply the batch and move the cursor if the failure does not recur (as [`apply_and_advance`]
+/// does after its own batch failed so).
+pub async fn attribute_and_advance(
+    conn: &mut PgConnection,
+    statement: &Statement,
+    who: (&str, &str),
+    events: &[Event],
+    advance: &Advance<'_>,
+) -> Result<Applied> {
+    let one_by_one = async |tx: &mut PgConnection| attributed(tx, statement, events, true).await;
+    in_transaction(conn, statement, who, one_by_one, advance).await
+}
+
 /// The settings, the apply call and the cursor move as one simple query: one round trip, one
 /// implicit transaction, three statements. The move is its own statement after the call, so
 /// the transaction takes its lock on `consumer_shards` only once the batch has applied (a

@@ -26,9 +26,10 @@ use crate::{Error, Event, Result, shards::Shard};
 
 mod apply;
 mod batch;
+pub mod group;
 
 pub use apply::apply;
-pub use batch::apply_and_advance;
+pub use batch::{apply_and_advance, attribute_and_advance};
 
 /// A SQL sink's statement and how it runs: what every call of this module takes.
 #[derive(Clone, Debug)]
@@ -70,7 +71,13 @@ impl Statement {
     /// `set_config(..., true)` is SET LOCAL. It cannot fail: the timeout was checked against
     /// PostgreSQL's limit when the statement was built. Literals, not parameters: it travels in
     /// a simple query (with `BEGIN`, or ahead of the batch), escaped as libpq escapes them.
-    fn settings(&self, (consumer, instance_id): (&str, &str)) -> String {
+    fn settings(&self, who: (&str, &str)) -> String {
+        self.settings_timeout(who, self.timeout_ms)
+    }
+
+    /// [`Self::settings`] with `statement_timeout` at `timeout_ms` (a group pass's bound, at
+    /// most the statement's own).
+    fn settings_timeout(&self, (consumer, instance_id): (&str, &str), timeout_ms: u64) -> String {
         let versions = match &self.event_versions {
             Some(v) => format!(", set_config('highwater.event_versions', {}, true)", escape_literal(&v.to_string())),
             None => String::new(),
@@ -78,15 +85,21 @@ impl Statement {
         format!(
             "SELECT set_config('statement_timeout', '{}', true), set_config('highwater.consumer', {}, true), \
              set_config('highwater.instance_id', {}, true){versions}",
-            self.timeout_ms,
+            timeout_ms,
             escape_literal(consumer),
             escape_literal(instance_id)
         )
     }
 
+    /// What tells two statements' session functions apart (`sql_sink_prepare`'s arguments): a
+    /// session that prepared one has the other's too.
+    pub fn group_key(&self) -> (&'static str, String) {
+        (self.form.as_str(), self.statement.clone())
+    }
+
     /// A set statement fails for the batch as a whole: applying once more over one-event
     /// batches finds the event that fails (none, if the failure does not recur).
-    fn find_failing(&self, events: &[Event], e: &Failed) -> bool {
+    pub(crate) fn find_failing(&self, events: &[Event], e: &Failed) -> bool {
         self.form == SqlForm::Set && events.len() > 1 && !e.deferred
     }
 }
