@@ -51,6 +51,7 @@ stub "$tree/migrations/definitions/check.sh" check '' ''
 stub "$tree/e2e/pg/majors.sh" majors 'test result: ok. 2 passed; 0 failed\n' 'test result: FAILED. 1 passed; 2 failed\n'
 stub "$tree/clients/typescript/test.sh" typescript 'ℹ pass 3\nℹ fail 0\n' 'ℹ pass 2\nℹ fail 1\n'
 stub "$tree/examples/nestjs-orders/test.sh" nestjs 'ℹ pass 2\nℹ fail 0\n' ''
+stub "$tree/console/browser/test.sh" console 'ℹ pass 7\nℹ fail 0\n' ''
 stub "$tree/e2e/openapi/schemathesis.sh" schemathesis '' ''
 stub "$tree/clients/python/test.sh" python '======= 6 passed in 2.50s =======\n' '=== 1 failed, 5 passed in 2.50s ===\n'
 stub "$tree/clients/go/test.sh" go 'go test: 7 tests and subtests passed\n' ''
@@ -68,14 +69,14 @@ run() {
     rc=0
     (cd "$tree" && PATH="$scratch/bin:$PATH" FAIL="$1" bash .ci/run) >"$scratch/out" 2>&1 || rc=$?
 }
-all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers release--oldest release--operator check majors cargo-test typescript nestjs schemathesis python go"
+all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers release--oldest release--operator check majors cargo-test typescript nestjs console schemathesis python go"
 calls() { awk '{ printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
 
 run ""
 check "nothing fails: exit 0" test "$rc" = 0
 check "nothing fails: every stage ran, in order" test "$(calls)" = "$all_calls"
 check "nothing fails: the closing line is last and counts every runner" \
-    test "$(tail -1 "$scratch/out")" = "tests: 25 passed, 0 failed"
+    test "$(tail -1 "$scratch/out")" = "tests: 32 passed, 0 failed"
 check "nothing fails: no failed-stages line" bash -c "! grep -q '^failed stages' '$scratch/out'"
 
 run "cargo-fmt release--oldest majors python go"
@@ -83,9 +84,9 @@ check "five fail: exit 1" test "$rc" = 1
 check "five fail: every other stage ran; earlier releases stopped at its first failing command" \
     test "$(calls)" = "${all_calls/ release--operator/}"
 check "five fail: the failed stages, in order, before the closing line" test "$(tail -2 "$scratch/out" | head -1)" = \
-    "failed stages (5 of 14): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
+    "failed stages (5 of 15): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
 check "five fail: the closing line counts the failed tests" \
-    test "$(tail -1 "$scratch/out")" = "tests: 16 passed, 3 failed"
+    test "$(tail -1 "$scratch/out")" = "tests: 23 passed, 3 failed"
 
 if [ "$failures" -gt 0 ]; then
     echo "run-stages.test.sh: $failures checks failed; the last run's output:" >&2

@@ -30,6 +30,7 @@ pub mod error;
 
 pub mod applied;
 pub mod body;
+pub mod console;
 pub mod db;
 pub mod definitions;
 pub mod dispatchers;

@@ -3,6 +3,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod console;
 mod consumer;
 mod discard;
 mod doctor;
@@ -72,6 +73,9 @@ pub enum Command {
     /// Start an embedded PostgreSQL (unless DATABASE_URL is set), apply the examples, run several
     /// dispatchers, append sample events and show delivery and lag live.
     Quickstart(quickstart::QuickstartArgs),
+    /// Serve the web console: lag and the fence, dead letters, redrive and discard from a browser
+    /// (docs/console.md).
+    Console(console::ConsoleArgs),
     /// Print the SQL of least-privilege database roles (owner, dispatcher, operator, applications,
     /// SQL sink roles).
     Roles(roles::RolesArgs),
@@ -255,6 +259,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             event_types_cli::run(&pool, c).await?;
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
+        Command::Console(a) => console::run(&require_url(&g)?, &a).await?,
         Command::Roles(a) => roles::run(&a, g.database_url.as_deref())?,
         Command::Doctor(a) => {
             let code = doctor::run(&require_url(&g)?, &a).await;

@@ -17,6 +17,7 @@
 //!
 //! One module per concern; this file holds the paths, tools and YAML helpers they share.
 mod alerts;
+mod console;
 mod dashboards;
 mod docs;
 mod objects;

@@ -63,6 +63,9 @@ fn every_pod_runs_with_the_restricted_security_context_and_resource_requests() {
         if r.on("retention.enabled") {
             expected.insert("retention".into());
         }
+        if r.on("console.enabled") {
+            expected.insert("console".into());
+        }
         assert_eq!(components, expected, "{}: the workloads rendered", r.file);
     }
 }
