@@ -93,7 +93,11 @@ pub async fn apply_all(conn: &mut PgConnection, members: &[Member<'_>], bound: D
     let mut slow = vec![false; members.len()];
     if !batches.is_empty() {
         let bound_ms = bound.as_millis() as u64;
-        let sql: String = batches.iter().map(|&i| batch_statements(&members[i], bound_ms)).collect();
+        let mut sql: String = batches.iter().map(|&i| batch_statements(&members[i], bound_ms)).collect();
+        // The moves and the COMMIT under the longest of the members' own timeouts, not under the
+        // last batch's bound.
+        let own = members.iter().map(|m| m.statement.timeout_ms).max().unwrap_or(0);
+        sql.push_str(&format!("SELECT set_config('statement_timeout', '{own}', true);"));
         let rows = match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *tx).await {
             Ok(rows) => rows,
             Err(e) => {
@@ -101,8 +105,8 @@ pub async fn apply_all(conn: &mut PgConnection, members: &[Member<'_>], bound: D
                 return Ok(alone(failures, &slow));
             }
         };
-        // Two rows per batch: its settings', its apply's.
-        if rows.len() != 2 * batches.len() {
+        // Two rows per batch (its settings', its apply's), then the timeout's.
+        if rows.len() != 2 * batches.len() + 1 {
             return Ok(alone(failures, &slow));
         }
         for (k, &i) in batches.iter().enumerate() {
