@@ -203,6 +203,7 @@ impl Metrics {
              the next pass used them or read again because the shard changed meanwhile",
             m.read_ahead.clone(),
         );
+        crate::trace::counts::register(&mut registry);
         Metrics { registry, ..m }
     }
 

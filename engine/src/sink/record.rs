@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn headers_carry_the_event_and_leave_absent_values_out() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__" };
+        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
         let h = headers(&ctx, &event());
         let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("highwater-event-id"), Some("42"));
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn the_writers_trace_goes_on_with_the_record() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__" };
+        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let mut ev = event();
         ev.metadata = serde_json::json!({"correlation_id": "c-1", "traceparent": tp, "tracestate": "a=b"}).into();
