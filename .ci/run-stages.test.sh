@@ -46,6 +46,7 @@ stub "$scratch/cargo-test" cargo-test 'test result: ok. 5 passed; 0 failed; 0 ig
 stub "$tree/.ci/run-stages.test.sh" stages '' ''
 stub "$tree/e2e/control-plane/build.sh" control-plane '' ''
 stub "$tree/e2e/bench/peers/build.sh" bench-peers '' ''
+stub "$tree/e2e/trace-backend/build.sh" trace-backend '' ''
 stub "$tree/e2e/upgrade/build-release.sh" release '' ''
 stub "$tree/migrations/definitions/check.sh" check '' ''
 stub "$tree/e2e/pg/majors.sh" majors 'test result: ok. 2 passed; 0 failed\n' 'test result: FAILED. 1 passed; 2 failed\n'
@@ -69,7 +70,7 @@ run() {
     rc=0
     (cd "$tree" && PATH="$scratch/bin:$PATH" FAIL="$1" bash .ci/run) >"$scratch/out" 2>&1 || rc=$?
 }
-all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers release--oldest release--operator check majors cargo-test typescript nestjs console schemathesis python go"
+all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers trace-backend release--oldest release--operator check majors cargo-test typescript nestjs console schemathesis python go"
 calls() { awk '{ printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
 
 run ""
@@ -84,7 +85,7 @@ check "five fail: exit 1" test "$rc" = 1
 check "five fail: every other stage ran; earlier releases stopped at its first failing command" \
     test "$(calls)" = "${all_calls/ release--operator/}"
 check "five fail: the failed stages, in order, before the closing line" test "$(tail -2 "$scratch/out" | head -1)" = \
-    "failed stages (5 of 15): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
+    "failed stages (5 of 16): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
 check "five fail: the closing line counts the failed tests" \
     test "$(tail -1 "$scratch/out")" = "tests: 23 passed, 3 failed"
 

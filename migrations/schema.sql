@@ -135,6 +135,18 @@ BEGIN
             v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('causation_id', v_setting);
         END IF;
     END IF;
+    -- The writer's trace (issue 48): from the metadata or the setting, checked by
+    -- highwater.trace_context, which is called only when there is one (a malformed one is left
+    -- out with a NOTICE, never an error). The tracestate setting is read only with a traceparent.
+    IF v_meta OPERATOR(pg_catalog.?) 'traceparent' THEN
+        v_meta := highwater.trace_context(v_meta, NULL, NULL);
+    ELSE
+        v_setting := pg_catalog.current_setting('highwater.traceparent', true);
+        IF v_setting OPERATOR(pg_catalog.<>) '' THEN
+            v_meta := highwater.trace_context(v_meta, v_setting,
+                                              pg_catalog.current_setting('highwater.tracestate', true));
+        END IF;
+    END IF;
     IF v_tenant IS NULL THEN
         v_tenant := pg_catalog.current_setting('highwater.tenant_id', true);
         IF v_tenant OPERATOR(pg_catalog.=) '' THEN
@@ -1011,7 +1023,7 @@ $_$;
 
 CREATE FUNCTION highwater.sql_sink_name(p_form text, p_statement text) RETURNS text
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT 'hw_sink6_' || md5(p_form || ':' || p_statement) $$;
+    AS $$ SELECT 'hw_sink7_' || md5(p_form || ':' || p_statement) $$;
 
 --
 -- Name: sql_sink_prepare(text, text); Type: FUNCTION; Schema: highwater; Owner: -
@@ -1039,6 +1051,7 @@ DECLARE
     v_set text;
     v_done integer;
     v_missing boolean := false;
+    v_traced boolean := false;
     -- Dense batches walk their range, sparse ones are looked up by position (see above).
     v_walk constant boolean := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
     r highwater.events;
@@ -1154,10 +1167,20 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
                                 CASE WHEN jsonb_typeof(r.metadata -> 'correlation_id') = 'string'
                                      THEN r.metadata ->> 'correlation_id' ELSE '' END, true);
             v_set := set_config('highwater.causation_id', r.id::text, true);
+            -- The writer's trace (trace_context.sql), set only for an event that has one and
+            -- cleared after it: an untraced batch pays one key test per event.
+            IF r.metadata ? 'traceparent' OR v_traced THEN
+                v_traced := r.metadata ? 'traceparent';
+                v_set := set_config('highwater.traceparent', coalesce(r.metadata ->> 'traceparent', ''), true);
+                v_set := set_config('highwater.tracestate', coalesce(r.metadata ->> 'tracestate', ''), true);
+            END IF;
             v_done := pg_temp.%I(CASE WHEN v_versions IS NULL THEN r.payload ELSE v_upcast[v_cur] END, r.id, r.stream_type, r.stream_id, r.event_type,
                                  r.tenant_id, r.metadata, r.stream_version, r.created_at);
         END LOOP;
         PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
+        IF v_traced THEN
+            PERFORM set_config('highwater.traceparent', '', true), set_config('highwater.tracestate', '', true);
+        END IF;
     %s
 $loop$ $body$, p_name || '_batch', v_batch_args, v_declare, v_range, p_name, format(v_handler, 'true'));
     ELSIF p_form = 'set' THEN
@@ -1270,6 +1293,58 @@ CREATE FUNCTION highwater.token() RETURNS xid8
                       nullif(current_setting('highwater.raised_tx_id', true), '')::xid8)
     END
 $$;
+
+--
+-- Name: trace_context(jsonb, text, text); Type: FUNCTION; Schema: highwater; Owner: -
+--
+
+CREATE FUNCTION highwater.trace_context(p_meta jsonb, p_traceparent text, p_tracestate text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_parent pg_catalog.text := p_traceparent;
+    v_state  pg_catalog.text := p_tracestate;
+    v_meta   pg_catalog.jsonb := p_meta;
+BEGIN
+    IF v_meta OPERATOR(pg_catalog.?) 'traceparent' THEN
+        -- The explicit context: taken from the metadata, checked there, removed if malformed.
+        v_parent := CASE WHEN pg_catalog.jsonb_typeof(v_meta OPERATOR(pg_catalog.->) 'traceparent')
+                                  OPERATOR(pg_catalog.=) 'string'
+                         THEN v_meta OPERATOR(pg_catalog.->>) 'traceparent' END;
+        v_state := CASE WHEN pg_catalog.jsonb_typeof(v_meta OPERATOR(pg_catalog.->) 'tracestate')
+                                 OPERATOR(pg_catalog.=) 'string'
+                        THEN v_meta OPERATOR(pg_catalog.->>) 'tracestate' END;
+        v_meta := v_meta OPERATOR(pg_catalog.-) 'traceparent'::pg_catalog.text
+                         OPERATOR(pg_catalog.-) 'tracestate'::pg_catalog.text;
+    END IF;
+    IF v_parent IS NULL OR v_parent OPERATOR(pg_catalog.=) '' THEN
+        RETURN v_meta;
+    END IF;
+    IF NOT (v_parent OPERATOR(pg_catalog.~) '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$')
+       OR pg_catalog.substr(v_parent, 1, 2) OPERATOR(pg_catalog.=) 'ff'
+       OR (pg_catalog.substr(v_parent, 1, 2) OPERATOR(pg_catalog.=) '00'
+           AND pg_catalog.length(v_parent) OPERATOR(pg_catalog.<>) 55)
+       OR pg_catalog.substr(v_parent, 4, 32) OPERATOR(pg_catalog.=) '00000000000000000000000000000000'
+       OR pg_catalog.substr(v_parent, 37, 16) OPERATOR(pg_catalog.=) '0000000000000000' THEN
+        RAISE NOTICE 'highwater: traceparent % is not W3C Trace Context; the event is appended without it',
+            pg_catalog.quote_literal(pg_catalog.left(v_parent, 80))
+            USING HINT = 'expected 00-<32 lowercase hex trace id>-<16 lowercase hex parent id>-<2 hex flags>, '
+                         'as OpenTelemetry''s propagators write it';
+        RETURN v_meta;
+    END IF;
+    v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('traceparent', v_parent);
+    IF v_state IS NOT NULL AND v_state OPERATOR(pg_catalog.<>) '' THEN
+        IF pg_catalog.length(v_state) OPERATOR(pg_catalog.>) 512
+           OR NOT (v_state OPERATOR(pg_catalog.~) '^[\x20-\x7e]*$') THEN
+            RAISE NOTICE 'highwater: tracestate is not W3C Trace Context (over 512 characters or not printable ASCII); '
+                         'the event keeps its traceparent without it';
+        ELSE
+            v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('tracestate', v_state);
+        END IF;
+    END IF;
+    RETURN v_meta;
+END
+$_$;
 
 --
 -- Name: unknown_event_type(text); Type: FUNCTION; Schema: highwater; Owner: -
@@ -2277,6 +2352,12 @@ REVOKE ALL ON FUNCTION highwater.create_event_partitions() FROM PUBLIC;
 --
 
 REVOKE ALL ON FUNCTION highwater.repartition(p_consumer text, p_refuse_dead boolean) FROM PUBLIC;
+
+--
+-- Name: FUNCTION trace_context(p_meta jsonb, p_traceparent text, p_tracestate text); Type: ACL; Schema: highwater; Owner: -
+--
+
+REVOKE ALL ON FUNCTION highwater.trace_context(p_meta jsonb, p_traceparent text, p_tracestate text) FROM PUBLIC;
 
 --
 -- Name: FUNCTION unknown_event_type(p_event_type text); Type: ACL; Schema: highwater; Owner: -

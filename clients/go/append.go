@@ -17,7 +17,7 @@ const (
 // failed statement, a refusal aborts the PostgreSQL transaction: roll it back (or use a
 // savepoint of your own).
 func Append(ctx context.Context, tx Querier, ev Event) (int64, error) {
-	args, err := appendArgs(ev)
+	args, err := appendArgs(ctx, ev)
 	if err != nil {
 		return 0, err
 	}
@@ -31,7 +31,7 @@ func Append(ctx context.Context, tx Querier, ev Event) (int64, error) {
 // AppendPosition is Append that also returns the event's position and the transaction's token so
 // far (highwater.append_position; an application role needs EXECUTE on it).
 func AppendPosition(ctx context.Context, tx Querier, ev Event) (Appended, error) {
-	args, err := appendArgs(ev)
+	args, err := appendArgs(ctx, ev)
 	if err != nil {
 		return Appended{}, err
 	}

@@ -1,6 +1,7 @@
 package highwater
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 )
@@ -45,7 +46,9 @@ type Appended struct {
 // appendArgs are the seven arguments of highwater.append and highwater.append_position. JSON goes
 // as text (cast to jsonb in SQL) so that both drivers send the same thing whatever Go type the
 // payload has.
-func appendArgs(e Event) ([]any, error) {
+//
+// With an OpenTelemetry span in ctx, the metadata gets its trace context (withTraceContext).
+func appendArgs(ctx context.Context, e Event) ([]any, error) {
 	var payload any
 	if e.Payload != nil {
 		b, err := json.Marshal(e.Payload)
@@ -64,6 +67,10 @@ func appendArgs(e Event) ([]any, error) {
 		if string(b) != "null" {
 			metadata = string(b)
 		}
+	}
+	metadata, err := withTraceContext(ctx, metadata)
+	if err != nil {
+		return nil, err
 	}
 	var tenant any
 	if e.TenantID != "" {

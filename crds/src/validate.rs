@@ -47,7 +47,7 @@ impl NumberField {
 }
 
 /// Headers the webhook sink sets itself; a definition that set one would contradict them.
-pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
+pub const RESERVED_WEBHOOK_HEADERS: [&str; 9] = [
     "content-type",
     "content-length",
     "host",
@@ -56,11 +56,12 @@ pub const RESERVED_WEBHOOK_HEADERS: [&str; 8] = [
     "webhook-timestamp",
     "webhook-signature",
     "traceparent",
+    "tracestate",
 ];
 
 /// Record headers the kafka and nats sinks set on every record from the event; a definition's
 /// `headers` may not set them (nor anything else starting with `highwater-`).
-pub const BROKER_HEADERS: [&str; 11] = [
+pub const BROKER_HEADERS: [&str; 12] = [
     "highwater-event-id",
     "highwater-event-type",
     "highwater-stream-type",
@@ -72,6 +73,7 @@ pub const BROKER_HEADERS: [&str; 11] = [
     "highwater-created-at",
     "highwater-consumer",
     "traceparent",
+    "tracestate",
 ];
 
 /// librdkafka properties the kafka sink sets for its guarantees; `properties` may not change them.

@@ -33,7 +33,7 @@ pub use devtools::{embedded, quickstart};
 pub use error::{Error, Result};
 pub use events::{Event, NewEvent, append};
 pub use highwater_engine::{
-    discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, wait, wait_http,
+    discard_http, dispatch, http, instance, metrics, ops_http, redrive_http, sink, sse, trace, wait, wait_http,
 };
 pub use highwater_store::{
     applied, body, db, definitions, doctor, error, event_types, events, kubernetes, migrate, notify, ops, partitions,

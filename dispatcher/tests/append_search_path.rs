@@ -30,6 +30,11 @@ CREATE OPERATOR evil.? (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = evil.has_ke
 CREATE FUNCTION evil.concat(a jsonb, b jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO evil.calls VALUES ('jsonb ||', current_user); RETURN a OPERATOR(pg_catalog.||) b; END $$;
 CREATE OPERATOR evil.|| (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = evil.concat);
+CREATE FUNCTION evil.text_match(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO evil.calls VALUES ('text ~', current_user); RETURN a OPERATOR(pg_catalog.~) b; END $$;
+CREATE OPERATOR evil.~ (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_match);
+CREATE FUNCTION evil.substr(t text, f int, n int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO evil.calls VALUES ('substr', current_user); RETURN pg_catalog.substr(t, f, n); END $$;
 CREATE FUNCTION evil.int8_lt(a bigint, b bigint) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN INSERT INTO evil.calls VALUES ('bigint <', current_user); RETURN a OPERATOR(pg_catalog.<) b; END $$;
 CREATE OPERATOR evil.< (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.int8_lt);
@@ -68,13 +73,19 @@ async fn a_hostile_search_path_reaches_nothing_inside_append() {
     assert_eq!(calls(&mut conn).await, (1, 0), "the unqualified `=` above went through evil");
 
     // Every path through append: the common one, metadata merged, tenant from the setting, the
-    // schema check, versioned appends (the stream-order trigger), and each error.
+    // schema check, versioned appends (the stream-order trigger), the trace context, and each error.
     for sql in [
         "SELECT highwater.append('s', '1', 'Known', '{}')",
         "SELECT highwater.append('s', '1', 'Known', '{}', '{\"user\": \"x\"}')",
         "SELECT highwater.append('s', '1', 'Paid', '{\"amount\": 3}')",
         "SELECT highwater.append('s', '2', 'Known', '{}', NULL, NULL, 0)",
         "SELECT highwater.append('s', '2', 'Known', '{}', NULL, 'acme', 1)",
+        // The writer's trace (trace_context.sql): explicit, malformed, and from the setting.
+        "SELECT highwater.append('s', '3', 'Known', '{}',          '{\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\", \"tracestate\": \"a=b\"}')",
+        "SELECT highwater.append('s', '3', 'Known', '{}', '{\"traceparent\": \"garbage\"}')",
+        "SET highwater.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'",
+        "SELECT highwater.append('s', '3', 'Known', '{}')",
+        "RESET highwater.traceparent",
     ] {
         sqlx::query(sql).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
@@ -91,7 +102,9 @@ async fn a_hostile_search_path_reaches_nothing_inside_append() {
     assert_eq!(calls(&mut conn).await, (1, 0), "nothing inside append resolved through the caller's search path");
 
     let stored = scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events").await;
-    assert_eq!(stored, 5);
+    assert_eq!(stored, 8);
+    let traced = scalar_i64(&db.pool, "SELECT count(*) FROM highwater.events WHERE metadata ? 'traceparent'").await;
+    assert_eq!(traced, 2, "the explicit and the setting's traceparent were stored, the malformed one left out");
     let versions = scalar_i64(
         &db.pool,
         "SELECT version FROM highwater.stream_versions WHERE stream_type = 's' AND stream_id = '2'",

@@ -150,6 +150,23 @@ async fn append_one(pool: &PgPool, payload: Value, correlation_id: Option<&str>)
     id
 }
 
+/// The writer's trace context (issue 48): an order service's span, set for its transaction.
+const WRITER_TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// One event appended inside the writer's trace, as an application does it: `SET LOCAL`.
+async fn append_traced(pool: &PgPool, payload: Value) -> i64 {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET LOCAL highwater.traceparent = '{WRITER_TP}'; SET LOCAL highwater.tracestate = 'congo=t61rcWkgMzE'"
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let id = append(&mut tx, &NewEvent::new("order", "42", "OrderPlaced", payload)).await.unwrap();
+    tx.commit().await.unwrap();
+    id
+}
+
 #[derive(Debug)]
 struct ShardRow {
     status: String,
@@ -221,11 +238,12 @@ async fn delivers_each_event_signed_with_standard_webhook_headers() {
         append_one(&db.pool, json!({"n": 1}), Some(uuid_cid)).await,
         append_one(&db.pool, json!({"n": 2}), Some("order-42")).await,
         append_one(&db.pool, json!({"n": 3}), None).await,
+        append_traced(&db.pool, json!({"n": 4})).await,
     ];
     let _d = Dispatcher::start_with_env(&db.url, "p0", logs.path(), &[("HOOK_SECRET", &secret)]);
 
-    let got = rx.wait_requests("orders", 3, Duration::from_secs(60)).await;
-    assert_eq!(got.len(), 3, "one request per event, no duplicates: {got:?}");
+    let got = rx.wait_requests("orders", 4, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), 4, "one request per event, no duplicates: {got:?}");
     for (r, id) in got.iter().zip(ids) {
         let key = format!("orders-hook:{id}");
         assert_eq!(r.header("webhook-id"), key);
@@ -239,7 +257,16 @@ async fn delivers_each_event_signed_with_standard_webhook_headers() {
         assert_eq!(body["idempotency_key"], key.as_str());
         assert_eq!(body["event"]["id"], id);
         assert_eq!(body["event"]["event_type"], "OrderPlaced");
-        // The traceparent carries the correlation id: as is when it is a UUID, hashed otherwise.
+        if id == ids[3] {
+            // The writer's trace goes on as it was set, its tracestate with it.
+            assert_eq!(r.header("traceparent"), WRITER_TP);
+            assert_eq!(r.header("tracestate"), "congo=t61rcWkgMzE");
+            assert_eq!(body["event"]["metadata"]["traceparent"], WRITER_TP);
+            continue;
+        }
+        assert_eq!(r.headers.get("tracestate"), None, "a made-up context has no tracestate: {r:?}");
+        // Without it, the traceparent carries the correlation id: as is when it is a UUID,
+        // hashed otherwise.
         let cid = body["event"]["metadata"]["correlation_id"].as_str().unwrap().to_owned();
         let trace_id = match uuid::Uuid::parse_str(&cid) {
             Ok(u) => u.simple().to_string(),
@@ -255,12 +282,12 @@ async fn delivers_each_event_signed_with_standard_webhook_headers() {
     assert_eq!(got[1].json()["event"]["payload"], json!({"n": 2}));
 
     // A secret without the whsec_ prefix is used as raw bytes, trimmed when read from a file.
-    let raw = rx.wait_requests("raw", 3, Duration::from_secs(30)).await;
+    let raw = rx.wait_requests("raw", 4, Duration::from_secs(30)).await;
     for r in &raw {
         verify(r, "raw-file-secret");
     }
-    wait_shard(&db.pool, "orders-hook", "orders-hook to count 3", |s| s.delivered == 3).await;
-    wait_shard(&db.pool, "raw-hook", "raw-hook to count 3", |s| s.delivered == 3).await;
+    wait_shard(&db.pool, "orders-hook", "orders-hook to count 4", |s| s.delivered == 4).await;
+    wait_shard(&db.pool, "raw-hook", "raw-hook to count 4", |s| s.delivered == 4).await;
 
     // A missing secret stops that consumer only, and the error names the variable.
     let log_path = &logs.path().join("p0.log");

@@ -22,7 +22,8 @@
 //! [`containerd`], [`pod_network`]) that runs the chart's pods as containers from it. [`chaos`] (faults under load, then an audit; the `chaos` binary and
 //! `tests/chaos_short.rs`) drives dispatchers through [`proxy`], a loopback TCP proxy that cuts,
 //! black-holes or slows their database connections (docs/reliability.md). [`brokers`] runs real
-//! Kafka and NATS JetStream servers for the broker sinks' tests.
+//! Kafka and NATS JetStream servers for the broker sinks' tests, [`jaeger`] a real trace backend
+//! for the tracing test.
 // `process` sets a parent-death signal between fork and exec (its one `unsafe` block).
 #![deny(unsafe_code)]
 
@@ -38,6 +39,7 @@ pub mod etcd;
 pub mod gomod;
 pub mod helm;
 pub mod image;
+pub mod jaeger;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod kwok;

@@ -9,5 +9,6 @@ pub mod ops_http;
 pub mod redrive_http;
 pub mod sink;
 pub mod sse;
+pub mod trace;
 pub mod wait;
 pub mod wait_http;

@@ -227,6 +227,7 @@ impl Metrics {
              (ran its own pass instead), failed (its batch failed; handled under its own claim), busy",
             m.group_parts.clone(),
         );
+        crate::trace::counts::register(&mut registry);
         Metrics { registry, ..m }
     }
 

@@ -8,7 +8,8 @@
 -- caller that does not name a version uses, binaries of 0.4.0 included, calls this one with
 -- p_schema_version NULL. Its one-statement fast path is here, taken when neither an expected
 -- version nor a schema version is asked for. Why it is written as it is (no SET clause, every
--- name qualified, the fast path, each setting read once): the header of append.sql.
+-- name qualified, the fast path, each setting read once): the header of append.sql. The writer's
+-- W3C trace context goes into the metadata as `traceparent`/`tracestate` (trace_context.sql).
 CREATE OR REPLACE FUNCTION highwater.append(
     p_stream_type      text,
     p_stream_id        text,
@@ -82,6 +83,18 @@ BEGIN
         v_setting := pg_catalog.current_setting('highwater.causation_id', true);
         IF v_setting OPERATOR(pg_catalog.<>) '' THEN
             v_meta := v_meta OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object('causation_id', v_setting);
+        END IF;
+    END IF;
+    -- The writer's trace (issue 48): from the metadata or the setting, checked by
+    -- highwater.trace_context, which is called only when there is one (a malformed one is left
+    -- out with a NOTICE, never an error). The tracestate setting is read only with a traceparent.
+    IF v_meta OPERATOR(pg_catalog.?) 'traceparent' THEN
+        v_meta := highwater.trace_context(v_meta, NULL, NULL);
+    ELSE
+        v_setting := pg_catalog.current_setting('highwater.traceparent', true);
+        IF v_setting OPERATOR(pg_catalog.<>) '' THEN
+            v_meta := highwater.trace_context(v_meta, v_setting,
+                                              pg_catalog.current_setting('highwater.tracestate', true));
         END IF;
     END IF;
     IF v_tenant IS NULL THEN

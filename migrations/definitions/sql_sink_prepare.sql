@@ -17,7 +17,8 @@
 -- would hold the snapshot fence back for every consumer.
 --
 -- Per-event semantics are those of the old client loop: per event, `highwater.tenant_id`
--- (row-level security), `highwater.correlation_id` and `highwater.causation_id` are set locally;
+-- (row-level security), `highwater.correlation_id` and `highwater.causation_id` are set locally,
+-- and `highwater.traceparent`/`highwater.tracestate` for an event with the writer's trace (issue 48);
 -- the sink's role is taken for the statement (the events are read before, as the dispatcher's
 -- role, which the sink's role need not be able to read highwater.events); the first failing
 -- event is reported by its index, and nothing of the batch is left applied by a failed call (one
@@ -99,6 +100,7 @@ DECLARE
     v_set text;
     v_done integer;
     v_missing boolean := false;
+    v_traced boolean := false;
     -- Dense batches walk their range, sparse ones are looked up by position (see above).
     v_walk constant boolean := abs(p_ids[v_n] - p_ids[1]) < 4 * v_n;
     r highwater.events;
@@ -214,10 +216,20 @@ CREATE FUNCTION pg_temp.%I(%s) LANGUAGE plpgsql AS $loop$
                                 CASE WHEN jsonb_typeof(r.metadata -> 'correlation_id') = 'string'
                                      THEN r.metadata ->> 'correlation_id' ELSE '' END, true);
             v_set := set_config('highwater.causation_id', r.id::text, true);
+            -- The writer's trace (trace_context.sql), set only for an event that has one and
+            -- cleared after it: an untraced batch pays one key test per event.
+            IF r.metadata ? 'traceparent' OR v_traced THEN
+                v_traced := r.metadata ? 'traceparent';
+                v_set := set_config('highwater.traceparent', coalesce(r.metadata ->> 'traceparent', ''), true);
+                v_set := set_config('highwater.tracestate', coalesce(r.metadata ->> 'tracestate', ''), true);
+            END IF;
             v_done := pg_temp.%I(CASE WHEN v_versions IS NULL THEN r.payload ELSE v_upcast[v_cur] END, r.id, r.stream_type, r.stream_id, r.event_type,
                                  r.tenant_id, r.metadata, r.stream_version, r.created_at);
         END LOOP;
         PERFORM set_config('role', 'none', true), set_config('highwater.tenant_id', '', true);
+        IF v_traced THEN
+            PERFORM set_config('highwater.traceparent', '', true), set_config('highwater.tracestate', '', true);
+        END IF;
     %s
 $loop$ $body$, p_name || '_batch', v_batch_args, v_declare, v_range, p_name, format(v_handler, 'true'));
     ELSIF p_form = 'set' THEN

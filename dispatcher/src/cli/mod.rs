@@ -238,7 +238,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             )?;
             cfg.webhook_targets =
                 std::sync::Arc::new(crate::sink::TargetPolicy::new(&a.webhook_allow, a.webhook_block_private)?);
-            dispatch::run(pool, cfg, shutdown).await?;
+            // Traces (docs/observability.md, "Tracing"): off unless OTEL_* asks for them.
+            let traces = crate::trace::config::from_env(|k| std::env::var(k).ok())?;
+            let traces = crate::trace::init(traces, &instance_id, &a.group)?;
+            let res = dispatch::run(pool, cfg, shutdown).await;
+            if let Some(t) = traces {
+                t.shutdown(std::time::Duration::from_secs(5)).await;
+            }
+            res?;
         }
         Command::Consumer(c) => {
             let url = require_url(&g)?;

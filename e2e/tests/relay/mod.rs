@@ -121,7 +121,12 @@ impl Writer {
                     stream_id: stream.clone(),
                     event_type: EVENT_TYPE.into(),
                     payload: json!({"stream": stream, "seq": *v + 1}),
-                    metadata: Some(json!({"correlation_id": format!("corr-{i}")})),
+                    metadata: Some(match writer_trace(i) {
+                        Some((parent, state)) => {
+                            json!({"correlation_id": format!("corr-{i}"), "traceparent": parent, "tracestate": state})
+                        }
+                        None => json!({"correlation_id": format!("corr-{i}")}),
+                    }),
                     tenant_id: None,
                     expected_version: Some(*v),
                 },
@@ -136,6 +141,28 @@ impl Writer {
             }
         }
         ids
+    }
+}
+
+/// The writer's trace context (`traceparent`, `tracestate`) of the writer's `i`th event: every
+/// other event is appended inside a trace of its own (issue 48), the rest without one.
+pub fn writer_trace(i: usize) -> Option<(String, String)> {
+    (i % 2 == 1).then(|| (format!("00-{:032x}-00f067aa0ba902b7-01", i + 1), format!("hw={i}")))
+}
+
+/// A record's trace headers are its writer's when it had one (found by the correlation id
+/// `corr-{i}` the writer gave it), else a made-up `traceparent` without `tracestate`.
+pub fn check_trace(headers: &BTreeMap<String, String>) {
+    let i: usize = headers["highwater-correlation-id"].trim_start_matches("corr-").parse().expect("corr-N");
+    match writer_trace(i) {
+        Some((parent, state)) => {
+            assert_eq!(headers["traceparent"], parent, "{headers:?}");
+            assert_eq!(headers["tracestate"], state, "{headers:?}");
+        }
+        None => {
+            assert!(headers["traceparent"].starts_with("00-"), "{headers:?}");
+            assert!(!headers.contains_key("tracestate"), "{headers:?}");
+        }
     }
 }
 

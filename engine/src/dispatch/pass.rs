@@ -500,7 +500,8 @@ async fn external(
 ) -> Result<Outcome> {
     let delivery = async {
         let started = Instant::now();
-        let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id };
+        let attempt = crate::trace::process::attempt(b.shard, b.events);
+        let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt };
         let res = sink.deliver(&mut d, b.events).await;
         ctx.handler_took(started);
         res

@@ -37,8 +37,13 @@ impl ExternalSink for Measured<dyn ExternalSink> {
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let started = Instant::now();
+        // The `process` spans (issue 48): the one hook into delivery; nothing while tracing is off.
+        let traced = crate::trace::process::enabled().then(std::time::SystemTime::now);
         let res = self.inner.deliver(ctx, events).await;
         self.observe(started, res.is_ok());
+        if let Some(at) = traced {
+            crate::trace::process::delivered(self.inner.kind(), ctx, events, at, &res);
+        }
         res
     }
 }

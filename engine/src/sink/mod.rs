@@ -62,6 +62,8 @@ impl Sink {
 pub struct DeliveryContext<'a> {
     pub consumer: &'a str,
     pub instance_id: &'a str,
+    /// The attempt of the batch's first event (`crate::trace::process::attempt`), for its span.
+    pub attempt: i32,
 }
 
 /// The first event that could not be delivered; every event before `index` was.

@@ -103,9 +103,11 @@ pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, Stri
     if let Some(t) = &ev.tenant_id {
         h.push(("highwater-tenant-id", t.clone()));
     }
-    // One parse of the metadata for the three headers that read it.
-    let [correlation, causation] =
-        ev.metadata.str_fields(["correlation_id", "causation_id"]).map(|v| v.filter(|s| !s.is_empty()));
+    // One parse of the metadata for the headers that read it.
+    let [correlation, causation, parent, state] = ev
+        .metadata
+        .str_fields(["correlation_id", "causation_id", "traceparent", "tracestate"])
+        .map(|v| v.filter(|s| !s.is_empty()));
     if let Some(c) = &correlation {
         h.push(("highwater-correlation-id", c.clone()));
     }
@@ -114,8 +116,12 @@ pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, Stri
     }
     h.push(("highwater-created-at", ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
     h.push(("highwater-consumer", ctx.consumer.to_owned()));
-    if let Some(tp) = trace::traceparent(correlation.as_deref(), &idempotency_key(ctx.consumer, ev.id)) {
-        h.push(("traceparent", tp));
+    let key = idempotency_key(ctx.consumer, ev.id);
+    if let Some(trace) = trace::Outgoing::from_fields(parent, state, correlation.as_deref(), &key) {
+        h.push(("traceparent", trace.traceparent));
+        if let Some(state) = trace.tracestate {
+            h.push(("tracestate", state));
+        }
     }
     h
 }
@@ -152,7 +158,7 @@ mod tests {
 
     #[test]
     fn headers_carry_the_event_and_leave_absent_values_out() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__" };
+        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
         let h = headers(&ctx, &event());
         let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("highwater-event-id"), Some("42"));
@@ -165,5 +171,21 @@ mod tests {
             assert!(highwater_crds::BROKER_HEADERS.contains(name), "{name} is not reserved");
         }
         assert_eq!(key(RecordKey::StreamTypeAndId, &event()), Some(b"order/o-1".to_vec()));
+    }
+
+    #[test]
+    fn the_writers_trace_goes_on_with_the_record() {
+        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut ev = event();
+        ev.metadata = serde_json::json!({"correlation_id": "c-1", "traceparent": tp, "tracestate": "a=b"}).into();
+        let h = headers(&ctx, &ev);
+        let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("traceparent"), Some(tp));
+        assert_eq!(get("tracestate"), Some("a=b"));
+        assert!(highwater_crds::BROKER_HEADERS.contains(&"tracestate"));
+        // Without it: the derived one, and no tracestate.
+        let h = headers(&ctx, &event());
+        assert!(h.iter().all(|(n, _)| *n != "tracestate"));
     }
 }

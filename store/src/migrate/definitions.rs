@@ -7,6 +7,7 @@ pub const DEFINITIONS: &[(&str, &str)] = &[
     ("fence", include_str!("../../../migrations/definitions/fence.sql")),
     ("append_limits", include_str!("../../../migrations/definitions/append_limits.sql")),
     ("unknown_event_type", include_str!("../../../migrations/definitions/unknown_event_type.sql")),
+    ("trace_context", include_str!("../../../migrations/definitions/trace_context.sql")),
     ("append", include_str!("../../../migrations/definitions/append.sql")),
     ("append_schema_version", include_str!("../../../migrations/definitions/append_schema_version.sql")),
     ("upcast", include_str!("../../../migrations/definitions/upcast.sql")),

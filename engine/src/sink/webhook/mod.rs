@@ -104,15 +104,18 @@ impl WebhookSink {
     }
 
     /// One request; the error is what the shard's `last_error` will say.
-    async fn post(&self, id: &str, body: Vec<u8>, correlation_id: Option<&str>) -> Result<(), String> {
+    async fn post(&self, id: &str, body: Vec<u8>, trace: Option<trace::Outgoing>) -> Result<(), String> {
         let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         let mut req =
             self.client.post(self.url.clone()).header("webhook-id", id).header("webhook-timestamp", timestamp);
         if let Some(key) = &self.key {
             req = req.header("webhook-signature", key.sign(id, timestamp, &body));
         }
-        if let Some(tp) = trace::traceparent(correlation_id, id) {
-            req = req.header("traceparent", tp);
+        if let Some(trace) = trace {
+            req = req.header("traceparent", trace.traceparent);
+            if let Some(state) = trace.tracestate {
+                req = req.header("tracestate", state);
+            }
         }
         let resp =
             req.body(body).send().await.map_err(|e| transport_error(e, self.timeout, self.url.scheme() == "https"))?;
@@ -137,16 +140,15 @@ impl ExternalSink for WebhookSink {
             let body = serde_json::to_vec(&all).map_err(encode)?;
             // The receiver acknowledges the array as a whole, so a failure fails every event in it.
             return self
-                .post(&id, body, first.correlation_id().as_deref())
+                .post(&id, body, trace::Outgoing::of(first, &id))
                 .await
                 .map_err(|message| SinkError::at(0, message));
         }
         for (index, ev) in events.iter().enumerate() {
             let id = idempotency_key(ctx.consumer, ev.id);
             let body = serde_json::to_vec(&Envelope::new(ctx, ev)).map_err(encode)?;
-            self.post(&id, body, ev.correlation_id().as_deref())
-                .await
-                .map_err(|message| SinkError::at(index, message))?;
+            let trace = trace::Outgoing::of(ev, &id);
+            self.post(&id, body, trace).await.map_err(|message| SinkError::at(index, message))?;
         }
         Ok(())
     }
