@@ -69,8 +69,12 @@ fn row(r: &Row, can_act: bool) -> Markup {
             }
             td.num { (r.event_id) }
             td { a href={ "/consumers/" (r.consumer) } { (r.consumer) } br; span.muted { (r.instance_id) } }
-            td { (r.event_type.as_deref().unwrap_or("—")) br;
-                 span.muted { (r.stream_type.as_deref().unwrap_or("")) "/" (r.stream_id.as_deref().unwrap_or("")) } }
+            td {
+                (r.event_type.as_deref().unwrap_or("—")) br;
+                @if let (Some(t), Some(i)) = (&r.stream_type, &r.stream_id) {
+                    a.muted href={ (crate::streams::stream_link(t, i)) "#event-" (r.event_id) } { (t) "/" (i) }
+                }
+            }
             td { pre.payload { (payload(r)) } }
             td { pre.error { (r.error) } }
             td.num { (r.attempts) }

@@ -9,9 +9,13 @@ mod auth;
 mod consumer;
 mod dead_letters;
 mod error;
+mod event_types;
 mod form;
+mod mask;
 mod overview;
 mod page;
+mod shard_actions;
+mod streams;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -43,7 +47,13 @@ pub fn router(pool: PgPool, auth: Auth) -> Router {
         .route("/", get(overview::page))
         .route("/overview/table", get(overview::table_fragment))
         .route("/consumers/{name}", get(consumer::page))
+        .route("/consumers/{name}/act", post(shard_actions::act))
         .route("/dead-letters", get(dead_letters::page))
+        .route("/streams", get(streams::page))
+        .route("/events/{id}", get(streams::event))
+        .route("/correlations/{id}", get(streams::correlation))
+        .route("/event-types", get(event_types::list))
+        .route("/event-types/{name}", get(event_types::show))
         .route("/dead-letters/preview", post(actions::preview))
         .route("/dead-letters/execute", post(actions::execute))
         .route("/login", get(auth::login_page).post(auth::login))
