@@ -25,6 +25,7 @@ pub(crate) async fn page(
 ) -> Result<Html<String>, PageError> {
     let stored = consumer::definition(&st.pool, &name).await?;
     let shards = ops::status(&st.pool, Some(&name)).await?;
+    st.health.record(&shards);
     let f = Filter { consumer: Some(name.clone()), ..Filter::default() };
     let recent = dead_letters::page(&st.pool, &f, None, 10).await?;
     if stored.is_none() && shards.is_empty() && recent.rows.is_empty() {
@@ -59,6 +60,9 @@ pub(crate) async fn page(
                 td { @if let Some(t) = r.next_attempt_at { (t.format("%H:%M:%S UTC")) } }
             } } }
         }
+        h2 { "Lag over the last hour" }
+        p.muted { "Sampled while the console's pages are read (the overview every 5 s), since the console started." }
+        @for r in &shards { (lag_chart(&r.instance_id, &st.health.lag_history(&name, &r.instance_id))) }
         @if who.user.is_some() { (actions(&name, &shards, &who)) }
         h2 { "Latest dead letters" }
         @if recent.rows.is_empty() { p.muted { "None dead." } }
@@ -104,6 +108,30 @@ fn actions(name: &str, shards: &[ShardStatus], who: &Who) -> Markup {
                 button type="submit" name="do" value="rewind" { "Rewind" }
                 button.danger type="submit" name="do" value="rebuild" { "Rebuild read model" }
             }
+        }
+    }
+}
+
+/// The shard's lag samples as a line over the last hour (server-side SVG: no script).
+fn lag_chart(instance: &str, samples: &[(f64, i64)]) -> Markup {
+    const W: f64 = 360.0;
+    const H: f64 = 48.0;
+    let max = samples.iter().map(|s| s.1).max().unwrap_or(0).max(1) as f64;
+    let points: Vec<String> = samples
+        .iter()
+        .map(|(ago, lag)| format!("{:.1},{:.1}", W * (1.0 - ago / 3600.0), H - H * *lag as f64 / max))
+        .collect();
+    let last = samples.last().map_or(0, |s| s.1);
+    let label = format!(
+        "lag of shard {instance}: {} samples, now {last} events, at most {max} in the last hour",
+        samples.len()
+    );
+    html! {
+        figure.lag {
+            svg width=(W) height=(H) viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(label) {
+                polyline points=(points.join(" ")) fill="none" stroke="#0550ae" stroke-width="1.5" {}
+            }
+            figcaption.muted { (instance) ": " (last) " events now, at most " (max) " (" (samples.len()) " samples)" }
         }
     }
 }

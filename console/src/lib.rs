@@ -11,6 +11,7 @@ mod dead_letters;
 mod error;
 mod event_types;
 mod form;
+mod health;
 mod mask;
 mod overview;
 mod page;
@@ -38,11 +39,12 @@ pub struct Config {
 pub(crate) struct Console {
     pub pool: PgPool,
     pub auth: Arc<auth::Sessions>,
+    pub health: Arc<health::Health>,
 }
 
 /// The console's routes over `pool`.
 pub fn router(pool: PgPool, auth: Auth) -> Router {
-    let st = Console { pool, auth: Arc::new(auth::Sessions::new(auth)) };
+    let st = Console { pool, auth: Arc::new(auth::Sessions::new(auth)), health: Arc::default() };
     Router::new()
         .route("/", get(overview::page))
         .route("/overview/table", get(overview::table_fragment))

@@ -79,7 +79,9 @@ mod tests {
         for hidden in ["hunter2", "HOOK_SECRET", "t0ken", "/s/pw", "NATS_TOKEN", "sig=abc"] {
             assert!(!text.contains(hidden), "{hidden} shown: {text}");
         }
-        for shown in ["hooks.example/x", "https://u:", "PLAIN", "\"app\"", "nats://n:4222", "OrderPlaced", "Authorization"] {
+        for shown in
+            ["hooks.example/x", "https://u:", "PLAIN", "\"app\"", "nats://n:4222", "OrderPlaced", "Authorization"]
+        {
             assert!(text.contains(shown), "{shown} hidden: {text}");
         }
     }
