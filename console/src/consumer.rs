@@ -74,7 +74,7 @@ pub(crate) async fn page(
         @match &spec {
             Some((json, source)) => {
                 p.muted { "From " (source) ". Secrets, header values and URL credentials are masked: they never reach the browser." }
-                pre.payload #spec { (json) }
+                pre.payload #spec tabindex="0" aria-label="the definition, secrets masked" { (json) }
             }
             None => { p.muted { "No definition stored (deleted?)." } }
         }

@@ -75,7 +75,7 @@ fn row(r: &Row, can_act: bool) -> Markup {
                     a.muted href={ (crate::streams::stream_link(t, i)) "#event-" (r.event_id) } { (t) "/" (i) }
                 }
             }
-            td { pre.payload { (payload(r)) } }
+            td { pre.payload tabindex="0" aria-label={ "payload of event " (r.event_id) } { (payload(r)) } }
             td { pre.error { (r.error) } }
             td.num { (r.attempts) }
             td {

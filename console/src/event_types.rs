@@ -69,7 +69,7 @@ pub(crate) async fn show(
                 td.num { (v.version) }
                 td.num { (events_of(v.version)) }
                 td { @match &v.schema {
-                    Some(s) => { pre.payload { (serde_json::to_string_pretty(s).unwrap_or_default()) } }
+                    Some(s) => { pre.payload tabindex="0" aria-label={ "schema of version " (v.version) } { (serde_json::to_string_pretty(s).unwrap_or_default()) } }
                     None => { span.muted { "any JSON" } }
                 } }
                 td { @if let Some(u) = &v.upcast { pre { (u) } } }

@@ -62,8 +62,8 @@ fn event_row(e: &Event, upcast: Option<&Event>) -> Markup {
             td { (e.event_type) }
             td { (e.created_at.format("%Y-%m-%d %H:%M:%S%.3f UTC")) }
             td {
-                pre.payload { (stored) }
-                @if let Some(l) = latest { p.muted { "Upcast to the latest version:" } pre.payload.upcast { (l) } }
+                pre.payload tabindex="0" aria-label={ "payload of event " (e.id) } { (stored) }
+                @if let Some(l) = latest { p.muted { "Upcast to the latest version:" } pre.payload.upcast tabindex="0" aria-label={ "payload of event " (e.id) ", upcast" } { (l) } }
             }
             td { (links(e)) }
         }

@@ -265,7 +265,10 @@ async fn the_pages_escape_payloads_refuse_unauthenticated_and_forged_actions_and
     let (status, html) = get(&c, &format!("{base}/"), &user).await;
     assert_eq!(status, 200);
     assert!(html.contains("href=\"/consumers/a\"") && html.contains("The fence holds nothing back"), "{html}");
-    assert!(html.contains("<h2 id=\"doctor\">Doctor</h2><p class=\"ok\">All 6 checks pass"), "doctor's findings: {html}");
+    assert!(
+        html.contains("<h2 id=\"doctor\">Doctor</h2><p class=\"ok\">All 6 checks pass"),
+        "doctor's findings: {html}"
+    );
     let (status, _) = get(&c, &format!("{base}/consumers/nobody"), &user).await;
     assert_eq!(status, 404);
 }
