@@ -26,7 +26,7 @@ use axum::{
 };
 use highwater_store::{Error, Result, pg::PgPool};
 
-pub use auth::{Auth, load_tokens};
+pub use auth::Auth;
 
 /// How the console is started (`highwater console`'s flags).
 #[derive(Debug, Clone)]

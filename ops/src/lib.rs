@@ -16,6 +16,7 @@ mod operation;
 mod rebuild;
 mod redrive;
 mod replay;
+mod tokens;
 mod transition;
 
 pub use discard::Discard;
@@ -24,6 +25,7 @@ pub use operation::{Audit, Confirm, Operation, Progressing, Question, Ran, execu
 pub use rebuild::Rebuild;
 pub use redrive::Redrive;
 pub use replay::Replay;
+pub use tokens::load_tokens;
 pub use transition::{Change, ShardChange};
 
 /// The store's request and plan types the operations take and give (one import for front ends).
