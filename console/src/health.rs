@@ -1,11 +1,15 @@
 //! What the overview adds to `consumer status`: `doctor`'s findings (run on the console's pool at
-//! most once a minute: the LISTEN check alone can take 2 s) and, from the status rows the console
-//! has read, each shard's delivery rate and its lag over the last hour. Both samples live in the
+//! most once a minute, in the background after the first run: the LISTEN check alone can take
+//! 2 s) and, from the status rows the console has read, each shard's delivery rate and its lag
+//! over the last hour. Both samples live in the
 //! console's memory: they start when the console starts, and fill while pages are being read
 //! (the overview's live refresh reads every 5 s).
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Mutex,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -27,6 +31,7 @@ const RATE_OVER: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub(crate) struct Health {
     doctor: tokio::sync::Mutex<Option<(Instant, Vec<Finding>)>>,
+    refreshing: AtomicBool,
     samples: Mutex<HashMap<(String, String), VecDeque<Sample>>>,
 }
 
@@ -38,12 +43,25 @@ pub(crate) struct Sample {
 }
 
 impl Health {
-    /// The findings, at most a minute old.
-    pub async fn findings(&self, pool: &PgPool) -> Vec<Finding> {
+    /// The findings. The first call runs the checks; later ones answer at once with the last
+    /// findings, and start a new run in the background when those are a minute old, so that no
+    /// page waits for doctor's checks but the very first.
+    pub async fn findings(self: &Arc<Self>, pool: &PgPool) -> Vec<Finding> {
         let mut cached = self.doctor.lock().await;
         match &*cached {
-            Some((at, f)) if at.elapsed() < DOCTOR_EVERY => f.clone(),
-            _ => {
+            Some((at, f)) => {
+                let f = f.clone();
+                if at.elapsed() >= DOCTOR_EVERY && !self.refreshing.swap(true, Ordering::SeqCst) {
+                    let (me, pool) = (Arc::clone(self), pool.clone());
+                    tokio::spawn(async move {
+                        let fresh = doctor::on_pool(&pool, LONG_TRANSACTION).await;
+                        *me.doctor.lock().await = Some((Instant::now(), fresh));
+                        me.refreshing.store(false, Ordering::SeqCst);
+                    });
+                }
+                f
+            }
+            None => {
                 let f = doctor::on_pool(pool, LONG_TRANSACTION).await;
                 *cached = Some((Instant::now(), f.clone()));
                 f
