@@ -150,24 +150,34 @@ test('a disabled consumer enabled from its page: its lag falls on the overview w
   await page.screenshot({ path: join(shots, 'consumer-actions.png'), fullPage: true });
 });
 
-test('a stream, as stored, with its payloads as text; the event types and their versions', async () => {
+test('a stream, as stored and upcast, its payloads as text, its causation and correlation as links; the event types', async () => {
   await page.goto(`${base}/streams?type=order&id=o-2`);
   const payload = page.locator('tr[id^=event-] pre.payload').first();
   assert.equal(await payload.innerText(), JSON.stringify(HOSTILE), 'as text');
   assert.equal(await page.locator('main img').count(), 0);
+  await page.goto(`${base}/streams?type=tick&id=t-7`);
+  assert.match(await page.locator('pre.upcast').innerText(), /"unit": "tick"/, 'upcast to version 2');
   await page.goto(`${base}/streams?type=order&id=o-1`);
   await page.screenshot({ path: join(shots, 'stream.png'), fullPage: true });
+  await page.getByRole('link', { name: 'event 1' }).click();
+  await page.waitForURL(`${base}/streams?type=order&id=o-1#event-1`);
+  await page.locator('a[href^="/correlations/"]').first().click();
+  await page.waitForURL(/\/correlations\//);
+  assert.equal(await page.locator('main tbody tr').count(), 2, 'both events of the correlation');
   await page.goto(`${base}/event-types`);
   await page.getByRole('link', { name: 'OrderPlaced' }).click();
   await page.waitForURL(`${base}/event-types/OrderPlaced`);
-  assert.match(await page.locator('main table').innerText(), /^1\t3\b/m, 'version 1 holds the 3 events');
+  assert.match(await page.locator('main table').innerText(), /^1\t4\b/m, 'version 1 holds the 4 events');
+  await page.goto(`${base}/event-types/Tick`);
+  assert.match(await page.locator('main table').innerText(), /^1\t300\b/m);
+  assert.match(await page.locator('main table').innerText(), /^2\t0\b/m);
   await page.screenshot({ path: join(shots, 'event-type.png'), fullPage: true });
 });
 
 test('axe-core finds no accessibility violation on any page', async () => {
   const pages = ['/', '/dead-letters', '/dead-letters?state=any', '/consumers/orders-projection',
     '/consumers/ticks-drain', '/streams', '/streams?type=order&id=o-1', '/event-types',
-    '/event-types/OrderPlaced', '/login'];
+    '/event-types/OrderPlaced', '/event-types/Tick', '/correlations/none', '/login'];
   const found = [];
   for (const p of pages) {
     await page.goto(`${base}${p}`);

@@ -98,6 +98,12 @@ done
 # overview to watch fall.
 "$HIGHWATER_BIN" consumer disable ticks-drain >/dev/null
 psql -c "SELECT count(highwater.append('tick', 't-' || g, 'Tick', jsonb_build_object('n', g), NULL, NULL, NULL)) FROM generate_series(1, 300) g" >/dev/null
+# Tick's version 2 (a schema and an upcast), for the stream and event-type pages; an order event
+# caused by the first one, in the same correlation.
+"$HIGHWATER_BIN" event-types register Tick --version 2 --schema fixtures/tick-v2.schema.json \
+    --upcast "payload || '{\"unit\": \"tick\"}'" >/dev/null
+"$HIGHWATER_BIN" events append --stream-type order --stream-id o-1 --type OrderPlaced --payload '{"order": 1, "paid": true}' \
+    --metadata "{\"correlation_id\": \"$(psql -c "SELECT metadata->>'correlation_id' FROM highwater.events WHERE id = 1")\", \"causation_id\": \"1\"}" >/dev/null
 
 console_port="$(free_port)"
 export HW_CONSOLE_TOKEN="browser-test-$RANDOM$RANDOM"
