@@ -3,12 +3,15 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
 const base = process.env.HW_CONSOLE_URL;
 const shots = process.env.HW_CONSOLE_SCREENSHOTS;
 const HOSTILE = '<img src=x onerror=alert(1)>';
+// axe-core as package-lock.json pins it, from node_modules: nothing fetched at run time.
+const AXE = readFileSync(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
 
 const sql = (q) =>
   execFileSync(process.env.PSQL, [process.env.DATABASE_URL, '-X', '-q', '-At', '-v', 'ON_ERROR_STOP=1', '-c', q], {
@@ -112,6 +115,80 @@ test('the sink fixed, the dead letter is redriven from the page after its dry ru
   await page.screenshot({ path: join(shots, 'redriven.png'), fullPage: true });
   await page.goto(`${base}/consumers/orders-projection`);
   await page.screenshot({ path: join(shots, 'consumer.png'), fullPage: true });
+});
+
+test('a disabled consumer enabled from its page: its lag falls on the overview while the dispatcher drains it', async () => {
+  await page.goto(`${base}/?q=ticks-drain`);
+  const row = page.locator('#overview tbody tr').filter({ hasText: 'ticks-drain' });
+  const cell = (i) => row.locator('td').nth(i).innerText();
+  assert.equal(await cell(2), 'disabled');
+  assert.equal(await cell(3), '300', 'the backlog waits on the disabled shard');
+  // The page stays; only htmx swaps the table (a reload would lose this mark).
+  await page.evaluate(() => { window.hwNotReloaded = true; });
+  const other = await context.newPage();
+  await other.goto(`${base}/consumers/ticks-drain`);
+  await other.getByLabel('Reason').fill('backlog drained on purpose');
+  await other.getByRole('button', { name: 'Enable', exact: true }).click();
+  await other.waitForURL(`${base}/consumers/ticks-drain/act`);
+  assert.match(await other.locator('#outcome').innerText(), /eventconsumer\/ticks-drain enabled/);
+  await other.close();
+  const seen = [300];
+  const deadline = Date.now() + 30000;
+  while (seen.at(-1) !== 0 && Date.now() < deadline) {
+    const lag = Number(await cell(3));
+    if (lag !== seen.at(-1)) seen.push(lag);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.equal(seen.at(-1), 0, `drained: ${seen}`);
+  for (let i = 1; i < seen.length; i++) assert.ok(seen[i] < seen[i - 1], `the lag only falls: ${seen}`);
+  assert.equal(await page.evaluate(() => window.hwNotReloaded), true, 'seen through the live refresh, not a reload');
+  assert.ok(Number(await cell(7)) > 0, `a delivery rate: ${await cell(7)}`);
+  assert.equal(sql('SELECT count(*) FROM drained'), '300');
+  await page.goto(`${base}/`);
+  await page.screenshot({ path: join(shots, 'overview.png'), fullPage: true });
+  await page.goto(`${base}/consumers/ticks-drain`);
+  await page.screenshot({ path: join(shots, 'consumer-actions.png'), fullPage: true });
+});
+
+test('a stream, as stored and upcast, its payloads as text, its causation and correlation as links; the event types', async () => {
+  await page.goto(`${base}/streams?type=order&id=o-2`);
+  const payload = page.locator('tr[id^=event-] pre.payload').first();
+  assert.equal(await payload.innerText(), JSON.stringify(HOSTILE), 'as text');
+  assert.equal(await page.locator('main img').count(), 0);
+  await page.goto(`${base}/streams?type=tick&id=t-7`);
+  assert.match(await page.locator('pre.upcast').innerText(), /"unit": "tick"/, 'upcast to version 2');
+  await page.goto(`${base}/streams?type=order&id=o-1`);
+  await page.screenshot({ path: join(shots, 'stream.png'), fullPage: true });
+  await page.getByRole('link', { name: 'event 1' }).click();
+  await page.waitForURL(`${base}/streams?type=order&id=o-1#event-1`);
+  await page.locator('a[href^="/correlations/"]').first().click();
+  await page.waitForURL(/\/correlations\//);
+  assert.equal(await page.locator('main tbody tr').count(), 2, 'both events of the correlation');
+  await page.goto(`${base}/event-types`);
+  await page.getByRole('link', { name: 'OrderPlaced' }).click();
+  await page.waitForURL(`${base}/event-types/OrderPlaced`);
+  assert.match(await page.locator('main table').innerText(), /^1\t4\b/m, 'version 1 holds the 4 events');
+  await page.goto(`${base}/event-types/Tick`);
+  assert.match(await page.locator('main table').innerText(), /^1\t300\b/m);
+  assert.match(await page.locator('main table').innerText(), /^2\t0\b/m);
+  await page.screenshot({ path: join(shots, 'event-type.png'), fullPage: true });
+});
+
+test('axe-core finds no accessibility violation on any page', async () => {
+  const pages = ['/', '/dead-letters', '/dead-letters?state=any', '/consumers/orders-projection',
+    '/consumers/ticks-drain', '/streams', '/streams?type=order&id=o-1', '/event-types',
+    '/event-types/OrderPlaced', '/event-types/Tick', '/correlations/none', '/login'];
+  const found = [];
+  for (const p of pages) {
+    await page.goto(`${base}${p}`);
+    // Evaluated through the DevTools protocol, not a <script>: the page's CSP stays as it is.
+    await page.evaluate(AXE);
+    const r = await page.evaluate(() => window.axe.run(document));
+    for (const v of r.violations) {
+      found.push(`${p}: ${v.id} (${v.impact}) ${v.help}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+    }
+  }
+  assert.deepEqual(found, []);
 });
 
 test('no dialog opened and no Content-Security-Policy violation on any page', () => {

@@ -10,7 +10,10 @@
 #   3. node's test runner over console.test.mjs: the overview and the dead-letters page (the
 #      payload shown as text, no dialog, no CSP violation, htmx's live refresh running), an
 #      action refused without a login and with a forged CSRF token, a login with an ops token, the
-#      sink fixed, the dead letter redriven from the page after its dry run, delivered exactly once.
+#      sink fixed, the dead letter redriven from the page after its dry run, delivered exactly once;
+#      a disabled consumer with a backlog of 300 events enabled from its page and its lag watched
+#      falling to 0 on the overview while the dispatcher drains it; the stream and event-type
+#      pages; axe-core (pinned, injected from node_modules) on every page, no violation.
 # Screenshots go to $HW_CONSOLE_SCREENSHOTS (docs/console/ when the docs are refreshed; a
 # temporary directory otherwise). Exits non-zero on any failure; everything it started goes away.
 #
@@ -76,7 +79,9 @@ psql() { "$PG_BIN/psql" "$DATABASE_URL" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 "$HIGHWATER_BIN" migrate >/dev/null
 psql -f fixtures/setup.sql
 "$HIGHWATER_BIN" event-types register OrderPlaced >/dev/null
+"$HIGHWATER_BIN" event-types register Tick >/dev/null
 "$HIGHWATER_BIN" consumer apply -f fixtures/consumer.yaml >/dev/null
+"$HIGHWATER_BIN" consumer apply -f fixtures/drain.yaml >/dev/null
 append() { "$HIGHWATER_BIN" events append --stream-type order --stream-id "$1" --type OrderPlaced --payload "$2" >/dev/null; }
 append o-1 '{"order": 1, "total": 12.5}'
 append o-2 '"<img src=x onerror=alert(1)>"'
@@ -89,6 +94,16 @@ for _ in $(seq 1 300); do
     sleep 0.1
 done
 [ "$(psql -c 'SELECT count(*) FROM highwater.dead_letters')" = 1 ] || { echo "the hostile event was not dead-lettered" >&2; exit 1; }
+# The drain's backlog: 300 events its disabled shard waits on, for the page to enable and the
+# overview to watch fall.
+"$HIGHWATER_BIN" consumer disable ticks-drain >/dev/null
+psql -c "SELECT count(highwater.append('tick', 't-' || g, 'Tick', jsonb_build_object('n', g), NULL, NULL, NULL)) FROM generate_series(1, 300) g" >/dev/null
+# Tick's version 2 (a schema and an upcast), for the stream and event-type pages; an order event
+# caused by the first one, in the same correlation.
+"$HIGHWATER_BIN" event-types register Tick --version 2 --schema fixtures/tick-v2.schema.json \
+    --upcast "payload || '{\"unit\": \"tick\"}'" >/dev/null
+"$HIGHWATER_BIN" events append --stream-type order --stream-id o-1 --type OrderPlaced --payload '{"order": 1, "paid": true}' \
+    --metadata "{\"correlation_id\": \"$(psql -c "SELECT metadata->>'correlation_id' FROM highwater.events WHERE id = 1")\", \"causation_id\": \"1\"}" >/dev/null
 
 console_port="$(free_port)"
 export HW_CONSOLE_TOKEN="browser-test-$RANDOM$RANDOM"

@@ -6,7 +6,6 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    path::Path,
     sync::Mutex,
 };
 
@@ -73,18 +72,6 @@ impl Auth {
             "no ops tokens (--ops-tokens-file, HIGHWATER_OPS_TOKENS) and no --trusted-user-header are configured",
         )
     }
-}
-
-/// Ops tokens from `HIGHWATER_OPS_TOKENS` (comma-separated) and/or a file of one per line (`#`
-/// comments), as the dispatcher reads them.
-pub fn load_tokens(env: Option<&str>, file: Option<&Path>) -> Result<Vec<String>> {
-    let mut v: Vec<String> =
-        env.unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect();
-    if let Some(f) = file {
-        let text = std::fs::read_to_string(f).map_err(Error::io(format!("reading ops tokens from {}", f.display())))?;
-        v.extend(text.lines().map(str::trim).filter(|t| !t.is_empty() && !t.starts_with('#')).map(str::to_owned));
-    }
-    Ok(v)
 }
 
 /// The logged-in browsers (by cookie) of this process, and the key of its CSRF tokens. Both are

@@ -69,9 +69,13 @@ fn row(r: &Row, can_act: bool) -> Markup {
             }
             td.num { (r.event_id) }
             td { a href={ "/consumers/" (r.consumer) } { (r.consumer) } br; span.muted { (r.instance_id) } }
-            td { (r.event_type.as_deref().unwrap_or("—")) br;
-                 span.muted { (r.stream_type.as_deref().unwrap_or("")) "/" (r.stream_id.as_deref().unwrap_or("")) } }
-            td { pre.payload { (payload(r)) } }
+            td {
+                (r.event_type.as_deref().unwrap_or("—")) br;
+                @if let (Some(t), Some(i)) = (&r.stream_type, &r.stream_id) {
+                    a.muted href={ (crate::streams::stream_link(t, i)) "#event-" (r.event_id) } { (t) "/" (i) }
+                }
+            }
+            td { pre.payload tabindex="0" aria-label={ "payload of event " (r.event_id) } { (payload(r)) } }
             td { pre.error { (r.error) } }
             td.num { (r.attempts) }
             td {
@@ -99,7 +103,7 @@ pub(crate) async fn page(
     let p = dead_letters::page(&st.pool, &f, after.as_ref(), PAGE).await?;
     let can_act = who.user.is_some();
     let next = p.next.as_ref().map(|k| {
-        let mut s = form_urlencoded::Serializer::new(String::from("/dead-letters?"));
+        let mut s = form_urlencoded::Serializer::new(String::new());
         for (name, v) in [("consumer", &f.consumer), ("type", &f.event_type), ("error", &f.error_contains)] {
             if let Some(v) = v {
                 s.append_pair(name, v);
@@ -107,7 +111,7 @@ pub(crate) async fn page(
         }
         s.append_pair("state", f.state.map_or("any", LetterState::as_str));
         s.append_pair("after", &encode_key(k));
-        s.finish()
+        format!("/dead-letters?{}", s.finish())
     });
     let state = f.state.map_or("any", LetterState::as_str);
     let body = html! {
@@ -148,7 +152,12 @@ pub(crate) async fn page(
                 tbody { @for r in &p.rows { (row(r, can_act)) } }
             }
         }
-        @if p.rows.is_empty() { p.muted { "No dead letters match." } }
+        @if p.stopped_early {
+            p.notice role="status" {
+                "This page looked at " (dead_letters::SCAN) " dead letters in key order and found " (p.rows.len())
+                " that match; “Next page” goes on searching after them."
+            }
+        } @else if p.rows.is_empty() { p.muted { "No dead letters match." } }
         @if let Some(n) = next { p.pager { a href=(n) rel="next" { "Next page →" } } }
     };
     Ok(page::render("Dead letters", &who, body))

@@ -9,9 +9,14 @@ mod auth;
 mod consumer;
 mod dead_letters;
 mod error;
+mod event_types;
 mod form;
+mod health;
+mod mask;
 mod overview;
 mod page;
+mod shard_actions;
+mod streams;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
@@ -21,7 +26,7 @@ use axum::{
 };
 use highwater_store::{Error, Result, pg::PgPool};
 
-pub use auth::{Auth, load_tokens};
+pub use auth::Auth;
 
 /// How the console is started (`highwater console`'s flags).
 #[derive(Debug, Clone)]
@@ -34,16 +39,23 @@ pub struct Config {
 pub(crate) struct Console {
     pub pool: PgPool,
     pub auth: Arc<auth::Sessions>,
+    pub health: Arc<health::Health>,
 }
 
 /// The console's routes over `pool`.
 pub fn router(pool: PgPool, auth: Auth) -> Router {
-    let st = Console { pool, auth: Arc::new(auth::Sessions::new(auth)) };
+    let st = Console { pool, auth: Arc::new(auth::Sessions::new(auth)), health: Arc::default() };
     Router::new()
         .route("/", get(overview::page))
         .route("/overview/table", get(overview::table_fragment))
         .route("/consumers/{name}", get(consumer::page))
+        .route("/consumers/{name}/act", post(shard_actions::act))
         .route("/dead-letters", get(dead_letters::page))
+        .route("/streams", get(streams::page))
+        .route("/events/{id}", get(streams::event))
+        .route("/correlations/{id}", get(streams::correlation))
+        .route("/event-types", get(event_types::list))
+        .route("/event-types/{name}", get(event_types::show))
         .route("/dead-letters/preview", post(actions::preview))
         .route("/dead-letters/execute", post(actions::execute))
         .route("/login", get(auth::login_page).post(auth::login))

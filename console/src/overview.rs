@@ -8,7 +8,10 @@ use axum::{
     extract::{Query, State},
     response::Html,
 };
-use highwater_store::ops::{self, FenceHolder, ShardStatus};
+use highwater_store::{
+    doctor::{Finding, Level},
+    ops::{self, FenceHolder, ShardStatus},
+};
 use maud::{Markup, html};
 
 use crate::{Console, auth::Who, error::PageError, page};
@@ -18,6 +21,7 @@ type Params = HashMap<String, String>;
 
 async fn rows(st: &Console, p: &Params) -> Result<(Vec<ShardStatus>, Option<FenceHolder>), PageError> {
     let mut rows = ops::status(&st.pool, None).await?;
+    st.health.record(&rows);
     let q = p.get("q").map(|s| s.trim()).filter(|s| !s.is_empty());
     let state = p.get("state").map(String::as_str).filter(|s| !s.is_empty());
     rows.retain(|r| q.is_none_or(|q| r.consumer.contains(q)) && state.is_none_or(|s| r.status.as_str() == s));
@@ -41,7 +45,7 @@ fn query_string(p: &Params) -> String {
     s.finish()
 }
 
-fn table(rows: &[ShardStatus], holder: Option<&FenceHolder>, p: &Params) -> Markup {
+fn table(st: &Console, rows: &[ShardStatus], holder: Option<&FenceHolder>, p: &Params) -> Markup {
     let refresh = format!("/overview/table?{}", query_string(p));
     html! {
         div #overview hx-get=(refresh) hx-trigger="every 5s" hx-swap="outerHTML" {
@@ -62,6 +66,7 @@ fn table(rows: &[ShardStatus], holder: Option<&FenceHolder>, p: &Params) -> Mark
                     th scope="col" { "Consumer" } th scope="col" { "Shard" } th scope="col" { "State" }
                     th.num scope="col" { "Lag (events)" } th.num scope="col" { "Lag (age)" }
                     th.num scope="col" { "Held by fence" } th.num scope="col" { "Delivered" }
+                    th.num scope="col" { "Rate (events/s)" }
                     th.num scope="col" { "Attempts" } th scope="col" { "Last error" }
                 } }
                 tbody {
@@ -74,6 +79,7 @@ fn table(rows: &[ShardStatus], holder: Option<&FenceHolder>, p: &Params) -> Mark
                             td.num { (r.lag_seconds.map(page::seconds).unwrap_or_default()) }
                             td.num { (r.held_events) }
                             td.num { (r.delivered_count) }
+                            td.num { (st.health.rate(&r.consumer, &r.instance_id).map(|x| format!("{x:.1}")).unwrap_or_default()) }
                             td.num { (r.attempts) }
                             td {
                                 @if let Some(e) = &r.last_error {
@@ -117,7 +123,8 @@ pub(crate) async fn page(
             }
             button type="submit" { "Apply" }
         }
-        (table(&rows, holder.as_ref(), &p))
+        (table(&st, &rows, holder.as_ref(), &p))
+        (doctor_section(&st.health.findings(&st.pool).await))
     };
     Ok(page::render("Overview", &who, body))
 }
@@ -128,5 +135,27 @@ pub(crate) async fn table_fragment(
     Query(p): Query<Params>,
 ) -> Result<Html<String>, PageError> {
     let (rows, holder) = rows(&st, &p).await?;
-    Ok(Html(table(&rows, holder.as_ref(), &p).into_string()))
+    Ok(Html(table(&st, &rows, holder.as_ref(), &p).into_string()))
+}
+
+/// `highwater doctor`'s findings that are not ok, each with its fix (at most a minute old).
+fn doctor_section(findings: &[Finding]) -> Markup {
+    let bad: Vec<&Finding> = findings.iter().filter(|f| f.level != Level::Ok).collect();
+    html! {
+        section.doctor aria-labelledby="doctor" {
+            h2 #doctor { "Doctor" }
+            @if bad.is_empty() {
+                p.ok { "All " (findings.len()) " checks pass (server, pooler, schema, LISTEN/NOTIFY, fence)." }
+            } @else {
+                ul { @for f in &bad { li {
+                    strong class=(if f.level == Level::Error { "bad" } else { "warn" }) {
+                        (if f.level == Level::Error { "Error" } else { "Warning" }) " (" (f.check) ")"
+                    }
+                    ": " (f.message)
+                    @if let Some(fix) = &f.fix { br; span.muted { "Fix: " (fix) } }
+                } } }
+                p.muted { (findings.len() - bad.len()) " other checks pass." }
+            }
+        }
+    }
 }

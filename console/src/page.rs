@@ -27,7 +27,6 @@ pub(crate) async fn security_headers(req: Request, next: Next) -> Response {
 
 fn head(title: &str) -> Markup {
     html! {
-        (DOCTYPE)
         meta charset="utf-8";
         meta name="viewport" content="width=device-width, initial-scale=1";
         // htmx's own inline indicator style and eval are off: the CSP allows neither.
@@ -42,6 +41,7 @@ fn head(title: &str) -> Markup {
 pub(crate) fn render(title: &str, who: &Who, body: Markup) -> Html<String> {
     Html(
         html! {
+            (DOCTYPE)
             html lang="en" {
                 head { (head(title)) }
                 body {
@@ -50,6 +50,8 @@ pub(crate) fn render(title: &str, who: &Who, body: Markup) -> Html<String> {
                             a.brand href="/" { "highwater" }
                             a href="/" { "Overview" }
                             a href="/dead-letters" { "Dead letters" }
+                            a href="/streams" { "Streams" }
+                            a href="/event-types" { "Event types" }
                         }
                         div.who {
                             @if let Some(u) = &who.user {
@@ -84,6 +86,7 @@ pub(crate) fn render(title: &str, who: &Who, body: Markup) -> Html<String> {
 pub(crate) fn bare(title: &str, body: Markup) -> Html<String> {
     Html(
         html! {
+            (DOCTYPE)
             html lang="en" {
                 head { (head(title)) }
                 body { main { (body) } }

@@ -265,6 +265,10 @@ async fn the_pages_escape_payloads_refuse_unauthenticated_and_forged_actions_and
     let (status, html) = get(&c, &format!("{base}/"), &user).await;
     assert_eq!(status, 200);
     assert!(html.contains("href=\"/consumers/a\"") && html.contains("The fence holds nothing back"), "{html}");
+    assert!(
+        html.contains("<h2 id=\"doctor\">Doctor</h2><p class=\"ok\">All 6 checks pass"),
+        "doctor's findings: {html}"
+    );
     let (status, _) = get(&c, &format!("{base}/consumers/nobody"), &user).await;
     assert_eq!(status, 404);
 }
@@ -287,4 +291,192 @@ async fn a_user_header_is_believed_only_from_a_trusted_proxy() {
     let readonly = c.get(console(&db.pool, Auth::default()).await).send().await.unwrap().text().await.unwrap();
     assert!(readonly.contains("This console is read-only"), "no auth configured: read-only, and it says so");
     assert!(Auth { trusted_user_header: Some("X-Forwarded-User".into()), ..Auth::default() }.check().is_err());
+}
+
+/// A console acting as `console:alice` through a trusted proxy (this test's loopback address),
+/// with the browser's cookie and its CSRF token from `page`.
+async fn as_alice(pool: &PgPool, page: &str) -> (String, reqwest::Client, String, String) {
+    let auth = Auth {
+        trusted_user_header: Some("X-Forwarded-User".into()),
+        trusted_proxies: vec!["127.0.0.0/8".parse().unwrap()],
+        ..Auth::default()
+    };
+    let base = console(pool, auth).await;
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("x-forwarded-user", "alice".parse().unwrap());
+    let c = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).default_headers(h).build().unwrap();
+    let r = c.get(format!("{base}{page}")).send().await.unwrap();
+    let cookie = cookie_of(&r);
+    let csrf = csrf_of(&r.text().await.unwrap());
+    (base, c, cookie, csrf)
+}
+
+async fn shard_state(pool: &PgPool, consumer: &str) -> (String, i64) {
+    sqlx::query_as("SELECT status::text, cursor_id FROM highwater.consumer_shards WHERE consumer = $1")
+        .bind(consumer)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_page_masks_secrets_and_its_actions_are_the_operations() {
+    let db = shared(&["Tick"]).await;
+    let pool = &db.pool;
+    let spec = "delivery: Shared\nsink: {webhook: {url: 'https://hook:hunter2@hooks.example/in?sig=s3cr3t', \
+                secret: {env: HOOK_SIGNING_SECRET}, headers: {Authorization: Bearer t0ken}}}";
+    apply(pool, &consumer("hook", spec)).await;
+    let ids = [
+        append_one(pool, "Tick", json!({"n": 1})).await,
+        append_one(pool, "Tick", json!({"n": 2})).await,
+        append_one(pool, "Tick", json!({"n": 3})).await,
+    ];
+    let (base, c, cookie, csrf) = as_alice(pool, "/consumers/hook").await;
+    let url = format!("{base}/consumers/hook/act");
+
+    // The spec is shown, its secrets are not.
+    let (status, html) = get(&c, &format!("{base}/consumers/hook"), &cookie).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("hooks.example/in") && html.contains("Authorization"), "the spec is shown: {html}");
+    for secret in ["hunter2", "s3cr3t", "HOOK_SIGNING_SECRET", "t0ken"] {
+        assert!(!html.contains(secret), "{secret} reached the browser");
+    }
+    assert!(html.contains("value=\"rewind\""), "a console user gets the actions");
+
+    // Without a user, or with a forged CSRF token: refused, nothing changed.
+    let anon = client().get(format!("{base}/consumers/hook")).send().await.unwrap();
+    let anon_cookie = cookie_of(&anon);
+    let anon_html = anon.text().await.unwrap();
+    assert!(!anon_html.contains("value=\"rewind\""), "no actions without a user");
+    let disable =
+        |csrf: String| vec![("csrf", csrf), ("do", "disable".to_owned()), ("reason", "maintenance".to_owned())];
+    let (status, _) = post(&client(), &url, &anon_cookie, &disable("0".repeat(64))).await;
+    assert_eq!(status, 401);
+    let (status, _) = post(&c, &url, &cookie, &disable("0".repeat(64))).await;
+    assert_eq!(status, 403);
+    assert_eq!(shard_state(pool, "hook").await.0, "idle");
+
+    // disable, enable: the shard's state moves; enabling twice is refused as the CLI refuses it.
+    let (status, body) = post(&c, &url, &cookie, &disable(csrf.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("eventconsumer/hook disabled"), "{body}");
+    assert_eq!(shard_state(pool, "hook").await.0, "disabled");
+    let enable = vec![("csrf", csrf.clone()), ("do", "enable".to_owned())];
+    assert_eq!(post(&c, &url, &cookie, &enable).await.0, 200);
+    assert_eq!(shard_state(pool, "hook").await.0, "idle");
+    let (status, body) = post(&c, &url, &cookie, &enable).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("not disabled (nothing to do)"), "{body}");
+
+    // A rewind forward past undelivered events asks the operation's question first (nothing
+    // changed), then moves with the confirmation; a shard that is not dead is not restarted.
+    sqlx::query("UPDATE highwater.consumer_shards SET status = 'disabled' WHERE consumer = 'hook'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let rewind = vec![("csrf", csrf.clone()), ("do", "rewind".to_owned()), ("to", ids[1].to_string())];
+    // The fence is the cluster's: another test's transaction may hold it for a moment.
+    let mut answer = post(&c, &url, &cookie, &rewind).await;
+    for _ in 0..100 {
+        if !answer.1.contains("not below the fence yet") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answer = post(&c, &url, &cookie, &rewind).await;
+    }
+    let (status, body) = answer;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("skipping 1 undelivered event(s)") && body.contains("name=\"confirm\""), "{body}");
+    assert_eq!(shard_state(pool, "hook").await, ("disabled".into(), 0), "asking changed nothing");
+    let mut confirmed = rewind.clone();
+    confirmed.push(("confirm", "yes".into()));
+    let (status, body) = post(&c, &url, &cookie, &confirmed).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(shard_state(pool, "hook").await, ("disabled".into(), ids[0]), "just before the target event");
+    let (status, body) = post(&c, &url, &cookie, &[("csrf", csrf.clone()), ("do", "restart".to_owned())]).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("is disabled, not dead"), "{body}");
+    let (status, body) = post(&c, &url, &cookie, &[("csrf", csrf), ("do", "rebuild".to_owned())]).await;
+    assert_eq!(status, 409, "a webhook consumer has no read model to rebuild: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_and_event_type_pages_show_events_as_stored_and_upcast_with_their_links() {
+    use highwater_store::event_types::{TypeSpec, VersionSpec, apply_type};
+    let db = shared(&["Tick"]).await;
+    let pool = &db.pool;
+    let version = |version, upcast: Option<&str>| VersionSpec { version, schema: None, upcast: upcast.map(Into::into) };
+    let priced = TypeSpec { event_type: "Priced".into(), versions: vec![version(1, None)], ..TypeSpec::default() };
+    apply_type(pool, &priced).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let mut first = NewEvent::new("order", "o-9", "Priced", json!({"total": 5}));
+    first.metadata = Some(json!({"correlation_id": "corr-77"}));
+    let first_id = append(&mut tx, &first).await.unwrap();
+    let mut second = NewEvent::new("order", "o-9", "Tick", json!(HOSTILE));
+    second.metadata = Some(json!({"correlation_id": "corr-77", "causation_id": first_id.to_string()}));
+    let second_id = append(&mut tx, &second).await.unwrap();
+    tx.commit().await.unwrap();
+    let two = TypeSpec {
+        versions: vec![version(1, None), version(2, Some("payload || '{\"currency\": \"EUR\"}'"))],
+        ..priced
+    };
+    apply_type(pool, &two).await.unwrap();
+    let base = console(pool, Auth::default()).await;
+    let c = client();
+
+    let (status, html) = get(&c, &format!("{base}/streams?type=order&id=o-9"), "").await;
+    assert_eq!(status, 200, "{html}");
+    let (at_first, at_second) =
+        (html.find(&format!("id=\"event-{first_id}\"")), html.find(&format!("id=\"event-{second_id}\"")));
+    assert!(at_first.is_some() && at_first < at_second, "both, in order: {html}");
+    assert!(html.contains("&quot;currency&quot;: &quot;EUR&quot;"), "the payload upcast to version 2: {html}");
+    assert!(!html.contains(HOSTILE) && html.contains("&lt;img src=x"), "a payload is text");
+    assert!(html.contains("href=\"/correlations/corr-77\""), "{html}");
+    assert!(html.contains(&format!("href=\"/events/{first_id}\"")), "causation links the cause: {html}");
+    let r = c.get(format!("{base}/events/{first_id}")).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(to, format!("/streams?type=order&id=o-9#event-{first_id}"));
+    let (_, html) = get(&c, &format!("{base}/correlations/corr-77"), "").await;
+    assert_eq!(html.matches("href=\"/streams?type=order&amp;id=o-9#event-").count(), 2, "{html}");
+    let (status, _) = get(&c, &format!("{base}/streams?type=order&id=nothing"), "").await;
+    assert_eq!(status, 409, "a stream without events is refused with its fix");
+
+    let (_, html) = get(&c, &format!("{base}/event-types"), "").await;
+    assert!(html.contains("href=\"/event-types/Priced\"") && html.contains("href=\"/event-types/Tick\""), "{html}");
+    let (status, html) = get(&c, &format!("{base}/event-types/Priced"), "").await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("payload || &#39;{") || html.contains("payload || '{"), "the upcast: {html}");
+    let counts: Vec<&str> = html.match_indices("<td class=\"num\">").map(|(i, _)| &html[i + 16..i + 17]).collect();
+    assert_eq!(counts, ["1", "1", "2", "0"], "version 1 holds the event, version 2 none: {html}");
+    assert_eq!(get(&c, &format!("{base}/event-types/Nope"), "").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rare_filter_stops_each_page_at_its_scan_and_goes_on_from_there() {
+    let db = shared(&["Tick"]).await;
+    let pool = &db.pool;
+    // More dead letters than one page scans; the only match is the last of them.
+    let n = dead_letters::SCAN + 10_000;
+    sqlx::query(
+        "INSERT INTO highwater.dead_letters (consumer, instance_id, event_id, attempts, error)
+         SELECT 'bulk', '__shared__', g, 1, CASE WHEN g = $1 THEN 'the needle' ELSE 'hay' END
+           FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+    let f = Filter { error_contains: Some("needle".into()), ..Filter::default() };
+    let first = dead_letters::page(pool, &f, None, 50).await.unwrap();
+    assert!(first.rows.is_empty() && first.stopped_early, "stopped at its scan without a match");
+    let next = first.next.expect("it says where to go on");
+    assert_eq!(next.event_id, dead_letters::SCAN, "right after the last dead letter it looked at");
+    let second = dead_letters::page(pool, &f, Some(&next), 50).await.unwrap();
+    assert_eq!(second.rows.iter().map(|r| r.event_id).collect::<Vec<_>>(), vec![n]);
+    assert!(second.next.is_none() && !second.stopped_early, "the end of the table");
+    let keys = dead_letters::keys(pool, &f, 10).await.unwrap();
+    assert_eq!(keys.iter().map(|k| k.event_id).collect::<Vec<_>>(), vec![n], "keys goes on past empty pages");
+    let all = dead_letters::page(pool, &Filter { state: None, ..Filter::default() }, None, 50).await.unwrap();
+    assert!(all.rows.len() == 50 && !all.stopped_early, "a dense filter fills its page");
 }

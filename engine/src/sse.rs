@@ -101,14 +101,7 @@ impl Tokens {
 
     /// [`Tokens::load`] for the tokens of `what` (named in a read error).
     pub fn load_named(what: &str, env: Option<&str>, file: Option<&std::path::Path>) -> Result<Self> {
-        let mut v: Vec<String> =
-            env.unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect();
-        if let Some(f) = file {
-            let text = std::fs::read_to_string(f)
-                .map_err(highwater_store::Error::io(format!("reading {what} tokens from {}", f.display())))?;
-            v.extend(text.lines().map(str::trim).filter(|t| !t.is_empty() && !t.starts_with('#')).map(str::to_owned));
-        }
-        Ok(Tokens(v))
+        Ok(Tokens(highwater_ops::load_tokens(what, env, file)?))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,6 +1,6 @@
-//! A new front end needs nothing but this crate: redrive, discard and replay driven through
-//! `highwater_ops` alone against a real PostgreSQL (the embedded cluster dispatcher/tests use),
-//! with its dry run, its confirmation above the threshold, the audit of who and why, the
+//! A new front end needs nothing but this crate: redrive, discard, replay, the shard changes and
+//! rebuild driven through `highwater_ops` alone against a real PostgreSQL (the embedded cluster
+//! dispatcher/tests use), with its dry run, its confirmation above the threshold, the audit of who and why, the
 //! progress, and the typed errors (an unknown consumer is `NotFound`, a request that does not
 //! apply is `Refused`) with nothing changed by a refusal.
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -193,4 +193,67 @@ async fn redrive_discard_and_replay_through_the_crate_alone() {
     assert_eq!((rows, by.as_str(), why.as_str()), (n as i64, "front-end-test", "row rebuilt"));
     let progress = replay.progress(p, &plan).await.unwrap();
     assert_eq!(progress.pending(), n as u64);
+}
+
+async fn cursor(pool: &PgPool) -> (String, i64) {
+    sqlx::query_as("SELECT status::text, cursor_id FROM highwater.consumer_shards WHERE consumer = 'c'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_changes_and_rebuild_through_the_crate_alone() {
+    use highwater_ops::{Change, Rebuild, ShardChange};
+    use highwater_store::ops::RewindTo;
+    let (_pg, pool, ids) = parked(3).await;
+    let p = &pool;
+    let change = |change| ShardChange { consumer: "c".into(), instance: None, change };
+    let refuse = Confirm::Refuse { fix: "confirm it" };
+
+    let unknown = ShardChange { consumer: "nope".into(), ..change(Change::Disable) };
+    assert!(matches!(execute(&unknown, p, &audit("x"), Confirm::Given).await, Err(Error::NotFound { .. })));
+    let done = execute(&change(Change::Disable), p, &audit("maintenance"), refuse).await.unwrap();
+    assert_eq!(done[0].to_string(), "eventconsumer/c disabled (instance __shared__; was idle)");
+    assert_eq!(cursor(p).await, ("disabled".into(), ids[2]));
+    let refuse = Confirm::Refuse { fix: "confirm it" };
+    match execute(&change(Change::Restart), p, &audit("x"), refuse).await {
+        Err(e @ Error::Refused { .. }) => assert!(e.to_string().contains("is disabled, not dead"), "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // Backwards: nothing skipped, no question. Forwards past undelivered events: the question,
+    // refused unless confirmed, nothing moved; then confirmed.
+    let back = change(Change::Rewind { to: RewindTo::Earliest });
+    execute(&back, p, &audit("x"), Confirm::Refuse { fix: "confirm it" }).await.unwrap();
+    assert_eq!(cursor(p).await, ("disabled".into(), 0), "a disabled shard stays disabled");
+    let forward = change(Change::Rewind { to: RewindTo::Event(ids[2]) });
+    let Ran::Previewed(skips) = run(&forward, p, &audit("x"), true, Confirm::Given).await.unwrap() else {
+        panic!("a dry run previews")
+    };
+    assert_eq!(skips.iter().map(|s| s.events).sum::<i64>(), 2);
+    match execute(&forward, p, &audit("x"), Confirm::Refuse { fix: "confirm it" }).await {
+        Err(e @ Error::Refused { .. }) => {
+            assert!(e.to_string().contains("rewind consumer c to event"), "{e}");
+            assert!(e.to_string().contains("skipping 2 undelivered event(s)"), "{e}");
+            assert!(e.to_string().ends_with("fix: confirm it"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(cursor(p).await.1, 0, "the refusal moved nothing");
+    execute(&forward, p, &audit("skip them"), Confirm::Given).await.unwrap();
+    assert_eq!(cursor(p).await.1, ids[1], "just before the target event");
+    let latest = change(Change::Rewind { to: RewindTo::Latest });
+    execute(&latest, p, &audit("x"), Confirm::Refuse { fix: "confirm it" }).await.unwrap();
+    assert_eq!(cursor(p).await.1, ids[2], "latest skips by name: no question");
+
+    let rebuild = Rebuild { consumer: "c".into() };
+    assert!(rebuild.confirmation(&()).is_none(), "the CLI asks nothing before a rebuild");
+    match execute(&rebuild, p, &audit("replay it"), Confirm::Given).await.unwrap() {
+        highwater_store::ops::Rebuilt::Replaying { total, .. } => assert_eq!(total, 3),
+        other => panic!("expected a replay from the start, got {other:?}"),
+    }
+    assert_eq!(cursor(p).await.1, 0, "rewound to the start");
+    let unknown = Rebuild { consumer: "nope".into() };
+    assert!(matches!(execute(&unknown, p, &audit("x"), Confirm::Given).await, Err(Error::NotFound { .. })));
 }

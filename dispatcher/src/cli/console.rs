@@ -45,7 +45,8 @@ pub async fn run(url: &str, a: &ConsoleArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let ops_tokens = highwater_console::load_tokens(
+    let ops_tokens = highwater_ops::load_tokens(
+        "ops",
         std::env::var("HIGHWATER_OPS_TOKENS").ok().as_deref(),
         a.ops_tokens_file.as_deref(),
     )?;

@@ -318,21 +318,28 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             println!("eventconsumer/{name} deleted");
         }
         ConsumerCmd::Restart { name, target } => {
-            print_changes(&ops::restart(pool, &name, target.get()).await?, target.output)?
+            print_changes(&change(pool, name, &target, highwater_ops::Change::Restart, false).await?, target.output)?
         }
         ConsumerCmd::Skip { name, event, target } => {
-            print_changes(&ops::skip(pool, &name, target.get(), event).await?, target.output)?
+            let c = highwater_ops::Change::Skip { event };
+            print_changes(&change(pool, name, &target, c, false).await?, target.output)?
         }
         ConsumerCmd::Disable { name, target } => {
-            print_changes(&ops::disable(pool, &name, target.get()).await?, target.output)?
+            print_changes(&change(pool, name, &target, highwater_ops::Change::Disable, false).await?, target.output)?
         }
         ConsumerCmd::Enable { name, target } => {
-            print_changes(&ops::enable(pool, &name, target.get()).await?, target.output)?
+            print_changes(&change(pool, name, &target, highwater_ops::Change::Enable, false).await?, target.output)?
         }
         ConsumerCmd::Rewind { name, to, yes, target } => {
-            print_changes(&rewind(pool, &name, to, yes, target.get()).await?, target.output)?
+            let c = highwater_ops::Change::Rewind { to };
+            print_changes(&change(pool, name, &target, c, yes).await?, target.output)?
         }
-        ConsumerCmd::Rebuild { name } => println!("eventconsumer/{name}: {}", ops::rebuild(pool, &name).await?),
+        ConsumerCmd::Rebuild { name } => {
+            let op = highwater_ops::Rebuild { consumer: name.clone() };
+            let audit = highwater_ops::Audit { by: os_user(), reason: None };
+            let done = highwater_ops::execute(&op, pool, &audit, highwater_ops::Confirm::Given).await?;
+            println!("eventconsumer/{name}: {done}")
+        }
         ConsumerCmd::Bootstrap { name } => {
             println!("eventconsumer/{name}: {}", ops::Rebuilt::Bootstrapped(ops::bootstrap(pool, &name).await?))
         }
@@ -378,12 +385,6 @@ fn print_status(rows: &[ops::ShardStatus], output: Output) -> Result<()> {
     Ok(())
 }
 
-impl Target {
-    fn get(&self) -> Option<&str> {
-        self.instance.as_deref()
-    }
-}
-
 fn print_changes(changes: &[ops::Transition], output: Output) -> Result<()> {
     match output {
         Output::Table => print_all(changes),
@@ -405,33 +406,25 @@ fn to_json<T: serde::Serialize>(rows: &[T]) -> Result<String> {
 /// A redrive or replay of more deliveries than this asks first.
 pub use highwater_ops::CONFIRM_ABOVE as REDRIVE_CONFIRM_ABOVE;
 
-/// A rewind that moves a cursor forward past undelivered events asks first (`latest` says so
-/// by name, `--yes` has answered); without a terminal it is refused with the count.
-async fn rewind(
+/// restart, skip, disable, enable, rewind: the operation the console runs too
+/// (`highwater_ops::ShardChange`). Only a rewind that moves a cursor forward past undelivered
+/// events asks (`latest` says so by name, `--yes` has answered); without a terminal it is refused
+/// with the count.
+async fn change(
     pool: &sqlx::PgPool,
-    name: &str,
-    to: ops::RewindTo,
+    consumer: String,
+    target: &Target,
+    change: highwater_ops::Change,
     yes: bool,
-    instance: Option<&str>,
 ) -> Result<Vec<ops::Transition>> {
-    if yes || to == ops::RewindTo::Latest {
-        return ops::rewind_skipping(pool, name, instance, to).await;
-    }
-    let skipped = ops::rewind_skips(pool, name, instance, to).await?;
-    if skipped.is_empty() {
-        return ops::rewind(pool, name, instance, to).await;
-    }
-    ask(
-        &format!(
-            "rewind consumer {name} to {to}, skipping {}, which are never delivered",
-            ops::describe_skips(&skipped)
-        ),
-        (
-            "moving a cursor forward past undelivered events needs a confirmation",
-            "check the target (a mistyped date or id?); pass --yes to skip them on purpose",
-        ),
-    )?;
-    ops::rewind_skipping(pool, name, instance, to).await
+    let op = highwater_ops::ShardChange { consumer, instance: target.instance.clone(), change };
+    let audit = highwater_ops::Audit { by: os_user(), reason: None };
+    let on_terminal = |q: &highwater_ops::Question| {
+        ask(&q.question, (&q.why, "check the target (a mistyped date or id?); pass --yes to skip them on purpose"))
+            .map_err(highwater_ops::Error::from)
+    };
+    let confirm = if yes { highwater_ops::Confirm::Given } else { highwater_ops::Confirm::Ask(&on_terminal) };
+    Ok(highwater_ops::execute(&op, pool, &audit, confirm).await?)
 }
 
 /// Asks `question` on a terminal; without one, refuses with `(why, fix)`.

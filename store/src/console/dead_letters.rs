@@ -90,7 +90,16 @@ pub struct Page {
     pub rows: Vec<Row>,
     /// The key to ask the next page after; `None` on the last page.
     pub next: Option<Key>,
+    /// The page stopped at [`SCAN`] dead letters before finding `limit` matches: `next` continues
+    /// the search from where it stopped (a rare filter over a large table).
+    pub stopped_early: bool,
 }
+
+/// A page looks at most this many dead letters (in key order, after `after`, of the filter's
+/// consumer) for the rows that match its other filters: an error text or a type that matches
+/// nothing then costs tens of milliseconds, not a scan of the whole table (docs/benchmarks.md,
+/// "The console at scale").
+pub const SCAN: i64 = 50_000;
 
 /// The dead letters matching `filter` after `after` (from the first when `None`), at most
 /// `limit` (1..=[`MAX_PAGE`]).
@@ -104,15 +113,17 @@ pub async fn page(pool: &PgPool, filter: &Filter, after: Option<&Key>, limit: i6
                      WHEN d.redriven_at IS NOT NULL THEN 'redriven' ELSE 'dead' END AS state,
                 d.redrive_by, d.redrive_reason, d.redrive_requested_at, d.redriven_at,
                 d.discarded_by, d.discard_reason, d.discarded_at
-           FROM highwater.dead_letters d
+           FROM (SELECT * FROM highwater.dead_letters d
+                  WHERE ($1::text IS NULL OR d.consumer = $1)
+                    AND ($5::text IS NULL OR (d.consumer, d.instance_id, d.event_id) > ($5, $6, $7))
+                  ORDER BY d.consumer, d.instance_id, d.event_id
+                  LIMIT $9) d
            LEFT JOIN highwater.events e ON e.id = d.event_id
-          WHERE ($1::text IS NULL OR d.consumer = $1)
-            AND ($2::text IS NULL OR e.event_type = $2)
+          WHERE ($2::text IS NULL OR e.event_type = $2)
             AND ($3::text IS NULL OR strpos(d.error, $3) > 0)
             AND ($4::text IS NULL OR $4 = CASE WHEN d.discarded_at IS NOT NULL THEN 'discarded'
                                                 WHEN d.redrive_at IS NOT NULL THEN 'pending'
                                                 WHEN d.redriven_at IS NOT NULL THEN 'redriven' ELSE 'dead' END)
-            AND ($5::text IS NULL OR (d.consumer, d.instance_id, d.event_id) > ($5, $6, $7))
           ORDER BY d.consumer, d.instance_id, d.event_id
           LIMIT $8",
     )
@@ -124,15 +135,30 @@ pub async fn page(pool: &PgPool, filter: &Filter, after: Option<&Key>, limit: i6
     .bind(after.map(|k| &k.instance_id))
     .bind(after.map(|k| k.event_id))
     .bind(limit + 1)
+    .bind(SCAN)
     .fetch_all(pool)
     .await?;
-    let next = if rows.len() as i64 > limit {
+    if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
-        rows.last().map(Row::key)
-    } else {
-        None
-    };
-    Ok(Page { rows, next })
+        return Ok(Page { next: rows.last().map(Row::key), rows, stopped_early: false });
+    }
+    // Fewer matches than asked: the end of the table, or of this page's scan.
+    let last_scanned: Option<(String, String, i64)> = sqlx::query_as(
+        "SELECT consumer, instance_id, event_id FROM highwater.dead_letters d
+          WHERE ($1::text IS NULL OR d.consumer = $1)
+            AND ($2::text IS NULL OR (d.consumer, d.instance_id, d.event_id) > ($2, $3, $4))
+          ORDER BY d.consumer, d.instance_id, d.event_id
+          OFFSET $5 - 1 LIMIT 1",
+    )
+    .bind(&filter.consumer)
+    .bind(after.map(|k| &k.consumer))
+    .bind(after.map(|k| &k.instance_id))
+    .bind(after.map(|k| k.event_id))
+    .bind(SCAN)
+    .fetch_optional(pool)
+    .await?;
+    let next = last_scanned.map(|(consumer, instance_id, event_id)| Key { consumer, instance_id, event_id });
+    Ok(Page { rows, stopped_early: next.is_some(), next })
 }
 
 /// The keys of every dead letter matching `filter`, at most `max`: what "discard the whole

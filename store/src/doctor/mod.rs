@@ -85,6 +85,22 @@ pub async fn run(url: &str, role: Role, long_transaction: std::time::Duration) -
     out
 }
 
+/// The checks that concern the people on call, on an open `pool` (the console's overview):
+/// server, pooler, schema, LISTEN/NOTIFY, wal_level and the fence. Not the privileges: they are
+/// the console's own role's, not the dispatchers'.
+pub async fn on_pool(pool: &sqlx::PgPool, long_transaction: std::time::Duration) -> Vec<Finding> {
+    let o = pool.connect_options();
+    let url =
+        format!("postgres://{}@{}:{}/{}", o.get_username(), o.get_host(), o.get_port(), o.get_database().unwrap_or(""));
+    let mut out = checks::server(pool).await;
+    out.push(checks::pooler(pool).await);
+    out.push(checks::schema(pool, &url).await);
+    out.push(checks::listen(pool).await);
+    out.push(checks::wal_level(pool).await);
+    out.extend(fence::check(pool, long_transaction).await);
+    out
+}
+
 /// 0 when every finding is ok, 1 with warnings, 2 with errors.
 pub fn exit_code(findings: &[Finding]) -> u8 {
     match findings.iter().map(|f| f.level).max() {
