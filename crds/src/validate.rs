@@ -284,6 +284,44 @@ impl ConsumerSpec {
                 }
             }
         }
+        if let Some(r) = &self.rate_limit {
+            if !(r.per_second.is_finite() && r.per_second > 0.0 && r.per_second <= 1_000_000.0) {
+                problems.push(format!(
+                    "rateLimit.perSecond: {} is not a rate; write events a second above 0 and at most 1000000, \
+                     e.g. perSecond: 200",
+                    r.per_second
+                ));
+            }
+            if let Some(b) = r.burst
+                && !(1..=1_000_000).contains(&b)
+            {
+                problems.push(format!("rateLimit.burst: {b} is out of range; write 1 to 1000000 (or leave it out)"));
+            }
+            if self.sink.sql.is_some() || self.sink.sse.is_some() {
+                problems.push(
+                    "rateLimit: applies to external sinks (webhook, kafka, nats, log); a sql or sse sink is not \
+                     rate limited: remove rateLimit"
+                        .to_owned(),
+                );
+            }
+        }
+        if let Some(f) = &self.filter {
+            if f.trim().is_empty() {
+                problems.push("filter: is empty (leave it out to deliver every event)".to_owned());
+            } else if f.contains(';') {
+                problems.push(
+                    "filter: one boolean expression, without `;` (e.g. filter: \"(payload->>'total')::numeric > 1000\")"
+                        .to_owned(),
+                );
+            }
+            if self.sink.sql.is_some() || self.sink.sse.is_some() {
+                problems.push(
+                    "filter: applies to external sinks (webhook, kafka, nats, log); a sql sink filters in its \
+                     statement (WHERE): remove filter"
+                        .to_owned(),
+                );
+            }
+        }
         if self.sink.sse.is_some() && self.delivery != Delivery::PerInstance {
             problems.push(
                 "sink.sse: server-sent events reach clients of one dispatcher instance, so they \

@@ -225,6 +225,10 @@ mod tests {
             rebuild_seconds: None,
             rebuild_complete: None,
             rebuild: None,
+            paused_until: None,
+            pause_reason: None,
+            rate_limited_until: None,
+            throttled_seconds: 0.0,
         }
     }
 

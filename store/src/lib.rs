@@ -37,6 +37,7 @@ pub mod dispatchers;
 pub mod doctor;
 pub mod event_types;
 pub mod events;
+pub mod flow;
 pub mod group;
 pub mod head;
 pub mod kubernetes;

@@ -325,7 +325,7 @@ async fn claimed_pass(
                 shard: p.shard,
                 events: p.events,
                 end: p.end,
-                error: SinkError { index: failed.index, message: failed.message, deferred: failed.deferred },
+                error: SinkError { index: failed.index, message: failed.message, deferred: failed.deferred, backpressure: None },
                 whole,
             })),
             Verdict::Moved(_) if p.events.is_empty() => Reply::Done(if p.more {

@@ -9,7 +9,7 @@ use highwater_store::pg::{PgConnection, PgPool};
 
 use crate::{
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
-    sink::{Applied, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
+    sink::{Applied, Backpressure, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
 };
 use highwater_store::{
     Position, Result,
@@ -237,7 +237,15 @@ async fn locked(
     }
     match &ctx.sink {
         Sink::Transactional(sink) => transactional(ctx, &**sink, conn, b, prepared, next).await,
-        Sink::External(sink) => external(ctx, &**sink, conn, b, next).await,
+        Sink::External(sink) => match super::flow::rate_limited(ctx, conn, b.events.len()).await? {
+            super::flow::Allowed::All => external(ctx, &**sink, conn, b, next).await,
+            super::flow::Allowed::First(n) => {
+                // The first `n` events only: the rest waits for the bucket's next tokens.
+                let b = Pass { shard: b.shard, events: &b.events[..n], end: b.events[n - 1].position(), full: true };
+                external(ctx, &**sink, conn, b, next).await
+            }
+            super::flow::Allowed::None(wait) => Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: wait }),
+        },
     }
 }
 
@@ -280,7 +288,7 @@ pub async fn group_failed(ctx: &ShardCtx, seen: &GroupFailure) -> Result<Outcome
                         }
                         highwater_store::sql_sink::Applied::Refused => return finish(lock, Ok(Outcome::Changed)).await,
                         highwater_store::sql_sink::Applied::Failed(f) => {
-                            SinkError { index: f.index, message: f.message, deferred: f.deferred }
+                            SinkError { index: f.index, message: f.message, deferred: f.deferred, backpressure: None }
                         }
                     }
                 }
@@ -543,7 +551,24 @@ async fn external(
             if ahead.is_some() {
                 ctx.read_ahead(false);
             }
-            let failure = failure(ctx, b.shard, b.events, err.index.min(b.events.len() - 1), err.message);
+            let index = err.index.min(b.events.len() - 1);
+            match err.backpressure {
+                Some(Backpressure::Gone) => {
+                    return super::flow::gone(ctx, conn, b.shard, b.events, index, &err.message).await;
+                }
+                Some(Backpressure::Pause(pause)) if pause <= super::flow::FREE_PAUSE => {
+                    return super::flow::paused(ctx, conn, b.shard, b.events, index, pause, &err.message).await;
+                }
+                _ => {}
+            }
+            let mut failure = failure(ctx, b.shard, b.events, index, err.message);
+            // Past the bound the attempt counts; the next one still waits as long as asked (up
+            // to a cap), so that a long pause is not hammered by a short backoff.
+            if let (Some(Backpressure::Pause(pause)), FailureOutcome::Retry(delay)) =
+                (err.backpressure, failure.outcome)
+            {
+                failure.outcome = FailureOutcome::Retry(delay.max(pause.min(super::flow::LONGEST_PAUSE)));
+            }
             if shards::record_failure(conn, b.shard, b.shard.cursor, &failure).await? {
                 ctx.failed(&failure, b.events);
                 Ok(after_failure(&failure))
@@ -554,7 +579,7 @@ async fn external(
     }
 }
 
-fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], index: usize, error: String) -> Failure {
+pub(super) fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], index: usize, error: String) -> Failure {
     let event = events[index].clone();
     let attempts = if shard.failing_event_id == Some(event.id) { shard.attempts + 1 } else { 1 };
     let outcome = if attempts >= ctx.spec.max_attempts as i32 {
@@ -573,7 +598,7 @@ fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], ind
     Failure { event, error, cursor, delivered: index as i64, attempts, outcome }
 }
 
-fn after_failure(f: &Failure) -> Outcome {
+pub(super) fn after_failure(f: &Failure) -> Outcome {
     match f.outcome {
         FailureOutcome::Retry(d) => Outcome::Backoff { cursor: f.cursor, retry_in: d },
         FailureOutcome::Dead => Outcome::Halted { cursor: f.cursor },
