@@ -295,6 +295,7 @@ pub struct RateLimit {
     /// Events that may go at once after a quiet spell (the bucket's size); default one second's
     /// worth (`perSecond` rounded up), at least 1, at most 1000000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
     pub burst: Option<u32>,
 }
 

@@ -338,6 +338,35 @@ mod tests {
     use super::*;
     use crate::{SinkSpec, SqlSink, SseSink};
 
+    /// `rateLimit` and `filter`: each problem names its field and the fix.
+    #[test]
+    fn rate_limits_and_filters_are_checked() {
+        let webhook = |extra: serde_json::Value| -> ConsumerSpec {
+            let mut v = serde_json::json!({"delivery": "Shared", "sink": {"webhook": {"url": "http://127.0.0.1:9/h"}}});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        let problems = |s: ConsumerSpec| s.validate("c").err().map(|e| e.problems).unwrap_or_default();
+        assert!(problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 200, "burst": 50}}))).is_empty());
+        assert_eq!(webhook(serde_json::json!({"rateLimit": {"perSecond": 0.5}})).rate_limit.unwrap().burst(), 1);
+        assert_eq!(webhook(serde_json::json!({"rateLimit": {"perSecond": 200}})).rate_limit.unwrap().burst(), 200);
+        let p = problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 0}})));
+        assert!(
+            p[0].starts_with("rateLimit.perSecond: 0 is not a rate") && p[0].contains("e.g. perSecond: 200"),
+            "{p:?}"
+        );
+        let p = problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 5, "burst": 0}})));
+        assert!(p[0].starts_with("rateLimit.burst: 0 is out of range"), "{p:?}");
+        let p = problems(webhook(serde_json::json!({"filter": "  "})));
+        assert!(p[0].starts_with("filter: is empty"), "{p:?}");
+        let mut sql = spec();
+        sql.filter = Some("true".into());
+        sql.rate_limit = Some(crate::RateLimit { per_second: 5.0, burst: None });
+        let p = problems(sql);
+        assert!(p.iter().any(|p| p.starts_with("filter: applies to external sinks")), "{p:?}");
+        assert!(p.iter().any(|p| p.starts_with("rateLimit: applies to external sinks")), "{p:?}");
+    }
+
     fn spec() -> ConsumerSpec {
         serde_json::from_value(serde_json::json!({
             "delivery": "Shared",

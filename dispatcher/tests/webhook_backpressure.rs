@@ -139,7 +139,9 @@ async fn metrics(d: &Dispatcher) -> String {
 
 fn hook(url: &str) -> String {
     // maxAttempts: 1 — a pause that counted an attempt would kill the shard at once.
-    format!("delivery: Shared\nmaxAttempts: 1\nbackoff: {{initial: 100ms, max: 1s}}\nsink: {{webhook: {{url: '{url}'}}}}")
+    format!(
+        "delivery: Shared\nmaxAttempts: 1\nbackoff: {{initial: 100ms, max: 1s}}\nsink: {{webhook: {{url: '{url}'}}}}"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,7 @@ pub mod db;
 pub mod definitions;
 pub mod dispatchers;
 pub mod doctor;
+pub mod event_filter;
 pub mod event_types;
 pub mod events;
 pub mod flow;

@@ -168,10 +168,26 @@ async fn locked(
     let limit = i64::from(ctx.spec.batch_size);
     let read = match next.take() {
         Some(ready) => Some(ready),
-        None => {
-            shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
+        None => match &ctx.spec.filter {
+            // The filter runs in the read: the events it rejects never leave the database.
+            Some(filter) => {
+                let (types, bodies) = (&ctx.spec.event_types, ctx.bodies());
+                highwater_store::event_filter::load_and_read(
+                    conn,
+                    &ctx.consumer,
+                    &ctx.instance_id,
+                    types,
+                    limit,
+                    bodies,
+                    filter,
+                )
                 .await?
-        }
+            }
+            None => {
+                shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
+                    .await?
+            }
+        },
     };
     let Some((shard, batch)) = read else {
         return Ok(Outcome::Missing);
@@ -513,7 +529,8 @@ async fn external(
         ctx.handler_took(started);
         res
     };
-    let (res, ahead) = if b.full && b.shard.barrier.is_none() {
+    // The read ahead knows no filter: a filtered consumer reads each batch at its pass.
+    let (res, ahead) = if b.full && b.shard.barrier.is_none() && ctx.spec.filter.is_none() {
         let types = &ctx.spec.event_types;
         let limit = i64::from(ctx.spec.batch_size);
         let read = read_ahead::read(conn, b.shard, b.end, types, limit, ctx.bodies());
@@ -579,7 +596,13 @@ async fn external(
     }
 }
 
-pub(super) fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], index: usize, error: String) -> Failure {
+pub(super) fn failure(
+    ctx: &ShardCtx,
+    shard: &Shard,
+    events: &[highwater_store::Event],
+    index: usize,
+    error: String,
+) -> Failure {
     let event = events[index].clone();
     let attempts = if shard.failing_event_id == Some(event.id) { shard.attempts + 1 } else { 1 };
     let outcome = if attempts >= ctx.spec.max_attempts as i32 {

@@ -151,17 +151,17 @@ impl ExternalSink for WebhookSink {
             let all: Vec<Envelope> = events.iter().map(|ev| Envelope::new(ctx, ev)).collect();
             let body = serde_json::to_vec(&all).map_err(encode)?;
             // The receiver acknowledges the array as a whole, so a failure fails every event in it.
-            return self.post(&id, body, first.correlation_id().as_deref()).await.map_err(|(message, asked)| {
-                SinkError { backpressure: asked, ..SinkError::at(0, message) }
-            });
+            return self
+                .post(&id, body, first.correlation_id().as_deref())
+                .await
+                .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(0, message) });
         }
         for (index, ev) in events.iter().enumerate() {
             let id = idempotency_key(ctx.consumer, ev.id);
             let body = serde_json::to_vec(&Envelope::new(ctx, ev)).map_err(encode)?;
-            self.post(&id, body, ev.correlation_id().as_deref()).await.map_err(|(message, asked)| SinkError {
-                backpressure: asked,
-                ..SinkError::at(index, message)
-            })?;
+            self.post(&id, body, ev.correlation_id().as_deref())
+                .await
+                .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(index, message) })?;
         }
         Ok(())
     }
