@@ -92,6 +92,16 @@ pub struct ConsumerSpec {
     /// A suspended consumer's shards are `disabled`: nothing is delivered, nothing is lost.
     #[serde(default)]
     pub suspend: bool,
+    /// Webhook sink: up to this many requests of one shard in flight at once, events of one
+    /// ordering key (`orderingKey`) never concurrently and always in order. 1 (the default):
+    /// one request at a time.
+    #[serde(default = "default_partitions", skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1, max = 256))]
+    pub concurrency: u32,
+    /// With `concurrency` above 1: which events keep their order. `stream` (the default): the
+    /// events of one stream (stream type and id); `tenant`: of one tenant; `none`: no order.
+    #[serde(default, skip_serializing_if = "OrderingKey::is_stream")]
+    pub ordering_key: OrderingKey,
     /// External sinks (webhook, kafka, nats, log): at most `perSecond` events a second for the
     /// consumer as a whole, across all its dispatchers (a token bucket in the database, not a
     /// limit per pod), with bursts of up to `burst` events.
@@ -282,6 +292,22 @@ impl ErrorMode {
             ErrorMode::Skip => "skip",
             ErrorMode::SkipStream => "skipStream",
         }
+    }
+}
+
+/// `spec.orderingKey`: the events that are delivered one after the other, in order.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderingKey {
+    #[default]
+    Stream,
+    Tenant,
+    None,
+}
+
+impl OrderingKey {
+    fn is_stream(&self) -> bool {
+        *self == OrderingKey::Stream
     }
 }
 

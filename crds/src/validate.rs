@@ -284,6 +284,29 @@ impl ConsumerSpec {
                 }
             }
         }
+        if self.concurrency > 1 {
+            if !(1..=256).contains(&self.concurrency) {
+                problems.push(format!(
+                    "concurrency: {} is out of range: write a whole number from 1 to 256 (default 1)",
+                    self.concurrency
+                ));
+            } else if self.sink.webhook.as_ref().is_none_or(|w| w.batch) {
+                problems.push(format!(
+                    "concurrency: {} applies to a webhook sink with one request per event (batch: false); \
+                     remove concurrency, or set partitions for other sinks",
+                    self.concurrency
+                ));
+            }
+        } else if self.concurrency == 0 {
+            problems.push("concurrency: 0 is out of range: write a whole number from 1 to 256 (default 1)".to_owned());
+        }
+        if self.ordering_key != crate::OrderingKey::Stream && self.concurrency <= 1 {
+            problems.push(
+                "orderingKey: applies with concurrency above 1 (one request at a time keeps every order); \
+                 remove orderingKey or raise concurrency"
+                    .to_owned(),
+            );
+        }
         if let Some(r) = &self.rate_limit {
             if !(r.per_second.is_finite() && r.per_second > 0.0 && r.per_second <= 1_000_000.0) {
                 problems.push(format!(
@@ -359,6 +382,15 @@ mod tests {
         assert!(p[0].starts_with("rateLimit.burst: 0 is out of range"), "{p:?}");
         let p = problems(webhook(serde_json::json!({"filter": "  "})));
         assert!(p[0].starts_with("filter: is empty"), "{p:?}");
+        assert!(problems(webhook(serde_json::json!({"concurrency": 32, "orderingKey": "tenant"}))).is_empty());
+        let p = problems(webhook(serde_json::json!({"orderingKey": "none"})));
+        assert!(p[0].starts_with("orderingKey: applies with concurrency above 1"), "{p:?}");
+        let p = problems(webhook(serde_json::json!({"concurrency": 300})));
+        assert!(p[0].starts_with("concurrency: 300 is out of range"), "{p:?}");
+        let mut batch = webhook(serde_json::json!({"concurrency": 4}));
+        batch.sink.webhook.as_mut().unwrap().batch = true;
+        let p = problems(batch);
+        assert!(p[0].starts_with("concurrency: 4 applies to a webhook sink with one request per event"), "{p:?}");
         let mut sql = spec();
         sql.filter = Some("true".into());
         sql.rate_limit = Some(crate::RateLimit { per_second: 5.0, burst: None });

@@ -524,8 +524,13 @@ async fn external(
 ) -> Result<Outcome> {
     let delivery = async {
         let started = Instant::now();
-        let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id };
-        let res = sink.deliver(&mut d, b.events).await;
+        let res = if ctx.spec.concurrency > 1 {
+            let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
+            super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, b.events, key, n).await
+        } else {
+            let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id };
+            sink.deliver(&mut d, b.events).await
+        };
         ctx.handler_took(started);
         res
     };
