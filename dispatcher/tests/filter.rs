@@ -40,6 +40,9 @@ async fn filters_are_checked_by_postgresql_when_applied() {
     assert!(e.contains("it reads highwater.consumers"), "{e}");
     let e = refused(&db, "no_such_column = 1").await;
     assert!(e.contains("no_such_column") && e.contains("line 1, column 1"), "{e}");
+    // The filter is the read's WHERE clause between parentheses: it cannot close them.
+    let e = refused(&db, "true) UNION ALL SELECT * FROM highwater.events WHERE (true").await;
+    assert!(e.contains("a `)` closes a parenthesis the filter did not open"), "{e}");
     // Nothing of a refused definition was stored.
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.consumers").fetch_one(&db.pool).await.unwrap();
     assert_eq!(n, 0);

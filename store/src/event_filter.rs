@@ -28,8 +28,15 @@ pub async fn check(pool: &PgPool, consumer: &str, source: &str, filter: &str) ->
     let fix = "write one boolean expression over payload, metadata, stream_type, stream_id, tenant_id, \
                event_type (e.g. filter: \"(payload->>'total')::numeric > 1000\"), with immutable or stable \
                functions only";
+    if let Err(problem) = one_expression(filter) {
+        return Err(
+            Error::refused(format!("consumer {consumer:?} ({source}): filter is refused: {problem}")).with_fix(fix)
+        );
+    }
     let mut tx = pool.begin().await?;
-    let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("{VIEW_HEAD}{filter}\n)"))).execute(&mut *tx).await;
+    // One statement (the extended protocol refuses several), not kept prepared.
+    let created =
+        sqlx::query(sqlx::AssertSqlSafe(format!("{VIEW_HEAD}{filter}\n)"))).persistent(false).execute(&mut *tx).await;
     if let Err(e) = created {
         let at = e
             .as_database_error()
@@ -75,6 +82,65 @@ pub async fn check(pool: &PgPool, consumer: &str, source: &str, filter: &str) ->
     }
     Err(Error::refused(format!("consumer {consumer:?} ({source}): filter is refused: {}", refused.join("; ")))
         .with_fix(fix))
+}
+
+/// The filter is written into the read's WHERE clause between parentheses: it must not close
+/// them (`true) UNION ALL SELECT …`), so no `)` may come before its `(` outside string literals,
+/// quoted names and comments. `$` (dollar quoting, parameters) has no use in a filter and would
+/// hide parentheses from this count: refused.
+fn one_expression(filter: &str) -> std::result::Result<(), String> {
+    let mut depth = 0i32;
+    let mut chars = filter.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                // To the closing quote; a doubled quote inside is one quote character.
+                loop {
+                    match chars.next() {
+                        Some(q) if q == c => {
+                            if chars.peek() == Some(&c) {
+                                chars.next();
+                            } else {
+                                break;
+                            }
+                        }
+                        Some(_) => {}
+                        None => return Err(format!("a {c} is not closed")),
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut prev = ' ';
+                loop {
+                    match chars.next() {
+                        Some('/') if prev == '*' => break,
+                        Some(n) => prev = n,
+                        None => return Err("a /* comment is not closed".to_owned()),
+                    }
+                }
+            }
+            '$' => {
+                return Err("`$` has no use in a filter (no parameters, no dollar quoting): write '…' literals".into());
+            }
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err("a `)` closes a parenthesis the filter did not open".to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `line L, column C` in the filter of PostgreSQL's character position `at` (from 1) in the view.
@@ -154,4 +220,20 @@ pub async fn load_and_read(
         batch.head = Some(b);
     }
     Ok(Some((shard, batch)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_cannot_close_the_read_s_parenthesis() {
+        assert!(one_expression("(payload->>'total')::numeric > 1000 AND stream_id = ')'").is_ok());
+        assert!(one_expression("\"odd)name\" = 'it''s (' -- a comment )\n AND true /* ) */").is_ok());
+        assert!(one_expression("true) UNION ALL SELECT * FROM highwater.events WHERE (true").is_err());
+        assert!(one_expression("stream_id = $$($$) OR (true").is_err());
+        assert!(one_expression("stream_id = 'open").is_err());
+        assert_eq!(position("a\nbc", VIEW_HEAD.chars().count() + 4).as_deref(), Some("line 2, column 2"));
+        assert_eq!(position("ab", VIEW_HEAD.chars().count() + 4).as_deref(), Some("the end of the expression"));
+    }
 }
