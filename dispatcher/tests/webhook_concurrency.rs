@@ -238,3 +238,49 @@ async fn order_per_stream_survives_429_storms_and_a_sigkill() {
         i.max_in_flight
     );
 }
+
+/// The issue's throughput goal, side by side in one run (`--ignored`, prints the figures):
+/// a receiver answering in 20 ms, 1,000 events of 500 streams, `concurrency: 1` and `32` on one
+/// shard each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn throughput_with_concurrency_32_against_1() {
+    let db = shared(&["OrderPlaced"]).await;
+    let mut rates = Vec::new();
+    for (name, n) in [("one", 1), ("many", 32)] {
+        let (inbox, url) = receiver(Inbox { delay: Duration::from_millis(20), ..Inbox::default() }).await;
+        apply(
+            &db.pool,
+            &consumer(
+                name,
+                &format!(
+                    "delivery: Shared\nconcurrency: {n}\nbatchSize: 500\nstartFrom: latest\n\
+                     sink: {{webhook: {{url: '{url}'}}}}"
+                ),
+            ),
+        )
+        .await;
+        let logs = tempfile::tempdir().unwrap();
+        let d = Dispatcher::start(&db.url, &format!("p-{name}"), logs.path());
+        d.serving().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let events = if n == 1 { 200 } else { 1000 };
+        let mut tx = db.pool.begin().await.unwrap();
+        for i in 0..events {
+            let ev = NewEvent::new("order", &format!("o-{}", i % 500), "OrderPlaced", json!({"i": i}));
+            append(&mut tx, &ev).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let started = Instant::now();
+        eventually("the events delivered", Duration::from_secs(120), || async {
+            inbox.lock().unwrap().accepted.len() >= events
+        })
+        .await;
+        let rate = events as f64 / started.elapsed().as_secs_f64();
+        println!("concurrency {n}: {events} events in {:?}: {rate:.0} events/s", started.elapsed());
+        rates.push(rate);
+        assert_eq!(inbox.lock().unwrap().overlaps, 0);
+        d.terminate(Duration::from_secs(10));
+    }
+    println!("concurrency 32 / concurrency 1: {:.1}x", rates[1] / rates[0]);
+}
