@@ -27,7 +27,11 @@ async fn owned(d: &Dispatcher, consumer: &str) -> Option<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_dispatchers_share_one_rate_limit() {
-    const RATE: f64 = 40.0;
+    // `RATE_LIMIT_PER_SECOND=200` for the issue's goal (docs/benchmarks.md); 40 keeps CI short.
+    let rate_limit: f64 = std::env::var("RATE_LIMIT_PER_SECOND").ok().and_then(|v| v.parse().ok()).unwrap_or(40.0);
+    let rate_limit = &rate_limit;
+    // A quarter second's worth: tokens that come while every dispatcher is busy are kept.
+    let burst = (*rate_limit / 4.0).ceil().max(5.0) as u32;
     let db = shared(&["Tick"]).await;
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -39,7 +43,7 @@ async fn three_dispatchers_share_one_rate_limit() {
         &consumer(
             "paced",
             &format!(
-                "delivery: Shared\npartitions: 3\nrateLimit: {{perSecond: {RATE}, burst: 5}}\n\
+                "delivery: Shared\npartitions: 3\nrateLimit: {{perSecond: {rate_limit}, burst: {burst}}}\n\
                  sink: {{webhook: {{url: '{url}'}}}}"
             ),
         ),
@@ -55,7 +59,7 @@ async fn three_dispatchers_share_one_rate_limit() {
         .await;
     }
     // 60 streams, so that every partition has a backlog for the whole measurement.
-    let total = 480;
+    let total = (*rate_limit * 12.0) as usize;
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..total {
         append(&mut tx, &NewEvent::new("tick", &format!("s{}", i % 60), "Tick", json!({"i": i}))).await.unwrap();
@@ -63,22 +67,28 @@ async fn three_dispatchers_share_one_rate_limit() {
     tx.commit().await.unwrap();
 
     // Measure the steady state: from the 50th arrival (past the start and the first bucket) over 8 s.
-    eventually("the first arrivals", Duration::from_secs(60), || async { arrivals.lock().unwrap().len() >= 50 }).await;
-    let t0 = arrivals.lock().unwrap()[49];
-    let status = std::process::Command::new(bin())
-        .args(["consumer", "status", "paced"])
-        .env("DATABASE_URL", &db.url)
-        .output()
-        .unwrap();
-    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    let warm = (*rate_limit as usize).max(50);
+    eventually("the first arrivals", Duration::from_secs(60), || async { arrivals.lock().unwrap().len() >= warm })
+        .await;
+    let t0 = arrivals.lock().unwrap()[warm - 1];
+    // While the dispatchers wait for tokens, `consumer status` says so.
+    let url = &db.url;
+    eventually("consumer status to say throttled", Duration::from_secs(6), || async move {
+        let out = std::process::Command::new(bin())
+            .args(["consumer", "status", "paced"])
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("paced: throttled by spec.rateLimit until")
+    })
+    .await;
     tokio::time::sleep_until((t0 + Duration::from_secs(8)).into()).await;
     let n = arrivals.lock().unwrap().iter().filter(|t| **t > t0 && **t <= t0 + Duration::from_secs(8)).count();
     let rate = n as f64 / 8.0;
     assert!(
-        (rate - RATE).abs() <= RATE * 0.1,
-        "three dispatchers together sent {rate:.1} events/s; the limit is {RATE} (±10 %)"
+        (rate - rate_limit).abs() <= rate_limit * 0.1,
+        "three dispatchers together sent {rate:.1} events/s; the limit is {rate_limit} (±10 %)"
     );
-    assert!(status.contains("paced: throttled by spec.rateLimit until"), "{status}");
     let mut waited = 0.0;
     for d in &ds {
         let body =
@@ -87,5 +97,5 @@ async fn three_dispatchers_share_one_rate_limit() {
         waited += body.lines().find_map(|l| l.strip_prefix(prefix)).map_or(0.0, |v| v.trim().parse::<f64>().unwrap());
     }
     assert!(waited > 1.0, "the dispatchers waited for tokens: {waited} s in total");
-    println!("rate {rate:.1}/s over 8 s with 3 dispatchers (limit {RATE}); waited {waited:.1} s in total");
+    println!("rate {rate:.1}/s over 8 s with 3 dispatchers (limit {rate_limit}); waited {waited:.1} s in total");
 }
