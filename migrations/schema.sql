@@ -1515,6 +1515,21 @@ $$;
 SET default_table_access_method = heap;
 
 --
+-- Name: consumer_flow; Type: TABLE; Schema: highwater; Owner: -
+--
+
+CREATE TABLE highwater.consumer_flow (
+    consumer text NOT NULL,
+    paused_until timestamp with time zone,
+    pause_reason text,
+    tokens double precision DEFAULT 0 NOT NULL,
+    refilled_at timestamp with time zone DEFAULT now() NOT NULL,
+    throttled_until timestamp with time zone,
+    throttled_ms bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: consumer_shards; Type: TABLE; Schema: highwater; Owner: -
 --
 
@@ -1878,6 +1893,13 @@ ALTER TABLE ONLY highwater.events ATTACH PARTITION highwater.events_legacy FOR V
 --
 
 ALTER TABLE ONLY highwater.events ATTACH PARTITION highwater.events_tail FOR VALUES FROM ('bound_4') TO (MAXVALUE);
+
+--
+-- Name: consumer_flow consumer_flow_pkey; Type: CONSTRAINT; Schema: highwater; Owner: -
+--
+
+ALTER TABLE ONLY highwater.consumer_flow
+    ADD CONSTRAINT consumer_flow_pkey PRIMARY KEY (consumer);
 
 --
 -- Name: consumer_shards consumer_shards_pkey; Type: CONSTRAINT; Schema: highwater; Owner: -
@@ -2276,6 +2298,13 @@ CREATE TRIGGER events_record_pruned AFTER DELETE ON highwater.events REFERENCING
 --
 
 CREATE TRIGGER events_remember_raised_tx_id AFTER INSERT ON highwater.events FOR EACH ROW WHEN ((new.tx_id > pg_current_xact_id())) EXECUTE FUNCTION highwater.remember_raised_tx_id();
+
+--
+-- Name: consumer_flow consumer_flow_consumer_fkey; Type: FK CONSTRAINT; Schema: highwater; Owner: -
+--
+
+ALTER TABLE ONLY highwater.consumer_flow
+    ADD CONSTRAINT consumer_flow_consumer_fkey FOREIGN KEY (consumer) REFERENCES highwater.consumers(name) ON DELETE CASCADE;
 
 --
 -- Name: consumer_shards consumer_shards_consumer_fkey; Type: FK CONSTRAINT; Schema: highwater; Owner: -

@@ -92,6 +92,28 @@ pub struct ConsumerSpec {
     /// A suspended consumer's shards are `disabled`: nothing is delivered, nothing is lost.
     #[serde(default)]
     pub suspend: bool,
+    /// Webhook sink: up to this many requests of one shard in flight at once, events of one
+    /// ordering key (`orderingKey`) never concurrently and always in order. 1 (the default):
+    /// one request at a time.
+    #[serde(default = "default_partitions", skip_serializing_if = "is_one")]
+    #[schemars(range(min = 1, max = 256))]
+    pub concurrency: u32,
+    /// With `concurrency` above 1: which events keep their order. `stream` (the default): the
+    /// events of one stream (stream type and id); `tenant`: of one tenant; `none`: no order.
+    #[serde(default, skip_serializing_if = "OrderingKey::is_stream")]
+    pub ordering_key: OrderingKey,
+    /// External sinks (webhook, kafka, nats, log): at most `perSecond` events a second for the
+    /// consumer as a whole, across all its dispatchers (a token bucket in the database, not a
+    /// limit per pod), with bursts of up to `burst` events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// A SQL boolean expression over the event (`payload`, `metadata`, `stream_type`,
+    /// `stream_id`, `tenant_id`, `event_type`, `id`, `created_at`), evaluated in the database's
+    /// read: only events for which it is true are delivered; the others never leave the
+    /// database. Checked at apply time by PostgreSQL (read-only, immutable or stable functions
+    /// only). A change applies from the cursor on; `consumer rewind` re-evaluates history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
     /// Where events go. Exactly one sink.
     pub sink: SinkSpec,
     /// What deleting the resource does: `Delete` removes the consumer and its cursors, `Retain`
@@ -270,6 +292,43 @@ impl ErrorMode {
             ErrorMode::Skip => "skip",
             ErrorMode::SkipStream => "skipStream",
         }
+    }
+}
+
+/// `spec.orderingKey`: the events that are delivered one after the other, in order.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderingKey {
+    #[default]
+    Stream,
+    Tenant,
+    None,
+}
+
+impl OrderingKey {
+    fn is_stream(&self) -> bool {
+        *self == OrderingKey::Stream
+    }
+}
+
+/// `spec.rateLimit`: a token bucket shared by the consumer's dispatchers.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimit {
+    /// Events a second, for the consumer as a whole (e.g. `200`, or `0.5` for one every two
+    /// seconds); above zero, at most 1000000.
+    pub per_second: f64,
+    /// Events that may go at once after a quiet spell (the bucket's size); default one second's
+    /// worth (`perSecond` rounded up), at least 1, at most 1000000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub burst: Option<u32>,
+}
+
+impl RateLimit {
+    /// The bucket's size: `burst`, or one second's worth.
+    pub fn burst(&self) -> u32 {
+        self.burst.unwrap_or_else(|| self.per_second.ceil().clamp(1.0, 1_000_000.0) as u32)
     }
 }
 

@@ -286,6 +286,67 @@ impl ConsumerSpec {
                 }
             }
         }
+        if self.concurrency > 1 {
+            if !(1..=256).contains(&self.concurrency) {
+                problems.push(format!(
+                    "concurrency: {} is out of range: write a whole number from 1 to 256 (default 1)",
+                    self.concurrency
+                ));
+            } else if self.sink.webhook.as_ref().is_none_or(|w| w.batch) {
+                problems.push(format!(
+                    "concurrency: {} applies to a webhook sink with one request per event (batch: false); \
+                     remove concurrency, or set partitions for other sinks",
+                    self.concurrency
+                ));
+            }
+        } else if self.concurrency == 0 {
+            problems.push("concurrency: 0 is out of range: write a whole number from 1 to 256 (default 1)".to_owned());
+        }
+        if self.ordering_key != crate::OrderingKey::Stream && self.concurrency <= 1 {
+            problems.push(
+                "orderingKey: applies with concurrency above 1 (one request at a time keeps every order); \
+                 remove orderingKey or raise concurrency"
+                    .to_owned(),
+            );
+        }
+        if let Some(r) = &self.rate_limit {
+            if !(r.per_second.is_finite() && r.per_second > 0.0 && r.per_second <= 1_000_000.0) {
+                problems.push(format!(
+                    "rateLimit.perSecond: {} is not a rate; write events a second above 0 and at most 1000000, \
+                     e.g. perSecond: 200",
+                    r.per_second
+                ));
+            }
+            if let Some(b) = r.burst
+                && !(1..=1_000_000).contains(&b)
+            {
+                problems.push(format!("rateLimit.burst: {b} is out of range; write 1 to 1000000 (or leave it out)"));
+            }
+            if self.sink.sql.is_some() || self.sink.sse.is_some() {
+                problems.push(
+                    "rateLimit: applies to external sinks (webhook, kafka, nats, log); a sql or sse sink is not \
+                     rate limited: remove rateLimit"
+                        .to_owned(),
+                );
+            }
+        }
+        if let Some(f) = &self.filter {
+            if f.trim().is_empty() {
+                problems.push("filter: is empty (leave it out to deliver every event)".to_owned());
+            } else if f.contains(';') {
+                problems.push(
+                    "filter: one boolean expression, without `;` (e.g. filter: \"(payload->>'total')::numeric > 1000\")"
+                        .to_owned(),
+                );
+            }
+            if self.sink.sql.is_some() || self.sink.sse.is_some() {
+                problems.push(
+                    "filter: applies to external sinks (webhook, kafka, nats, log); a sql sink filters in its \
+                     statement (WHERE): remove filter"
+                        .to_owned(),
+                );
+            }
+        }
         if self.sink.sse.is_some() && self.delivery != Delivery::PerInstance {
             problems.push(
                 "sink.sse: server-sent events reach clients of one dispatcher instance, so they \
@@ -301,6 +362,44 @@ impl ConsumerSpec {
 mod tests {
     use super::*;
     use crate::{SinkSpec, SqlSink, SseSink};
+
+    /// `rateLimit` and `filter`: each problem names its field and the fix.
+    #[test]
+    fn rate_limits_and_filters_are_checked() {
+        let webhook = |extra: serde_json::Value| -> ConsumerSpec {
+            let mut v = serde_json::json!({"delivery": "Shared", "sink": {"webhook": {"url": "http://127.0.0.1:9/h"}}});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(v).unwrap()
+        };
+        let problems = |s: ConsumerSpec| s.validate("c").err().map(|e| e.problems).unwrap_or_default();
+        assert!(problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 200, "burst": 50}}))).is_empty());
+        assert_eq!(webhook(serde_json::json!({"rateLimit": {"perSecond": 0.5}})).rate_limit.unwrap().burst(), 1);
+        assert_eq!(webhook(serde_json::json!({"rateLimit": {"perSecond": 200}})).rate_limit.unwrap().burst(), 200);
+        let p = problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 0}})));
+        assert!(
+            p[0].starts_with("rateLimit.perSecond: 0 is not a rate") && p[0].contains("e.g. perSecond: 200"),
+            "{p:?}"
+        );
+        let p = problems(webhook(serde_json::json!({"rateLimit": {"perSecond": 5, "burst": 0}})));
+        assert!(p[0].starts_with("rateLimit.burst: 0 is out of range"), "{p:?}");
+        let p = problems(webhook(serde_json::json!({"filter": "  "})));
+        assert!(p[0].starts_with("filter: is empty"), "{p:?}");
+        assert!(problems(webhook(serde_json::json!({"concurrency": 32, "orderingKey": "tenant"}))).is_empty());
+        let p = problems(webhook(serde_json::json!({"orderingKey": "none"})));
+        assert!(p[0].starts_with("orderingKey: applies with concurrency above 1"), "{p:?}");
+        let p = problems(webhook(serde_json::json!({"concurrency": 300})));
+        assert!(p[0].starts_with("concurrency: 300 is out of range"), "{p:?}");
+        let mut batch = webhook(serde_json::json!({"concurrency": 4}));
+        batch.sink.webhook.as_mut().unwrap().batch = true;
+        let p = problems(batch);
+        assert!(p[0].starts_with("concurrency: 4 applies to a webhook sink with one request per event"), "{p:?}");
+        let mut sql = spec();
+        sql.filter = Some("true".into());
+        sql.rate_limit = Some(crate::RateLimit { per_second: 5.0, burst: None });
+        let p = problems(sql);
+        assert!(p.iter().any(|p| p.starts_with("filter: applies to external sinks")), "{p:?}");
+        assert!(p.iter().any(|p| p.starts_with("rateLimit: applies to external sinks")), "{p:?}");
+    }
 
     fn spec() -> ConsumerSpec {
         serde_json::from_value(serde_json::json!({

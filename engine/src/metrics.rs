@@ -63,6 +63,14 @@ pub struct ConsumerLabels {
     pub consumer: String,
 }
 
+/// Why a consumer waited: `cause` is `receiver` (a `Retry-After` it answered) or `rateLimit`
+/// (`spec.rateLimit`'s bucket was empty).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ThrottleLabels {
+    pub consumer: String,
+    pub cause: &'static str,
+}
+
 type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -93,6 +101,9 @@ pub struct Metrics {
     pub read_ahead: Family<ReadAheadLabels, Counter>,
     pub group_passes: Counter,
     pub group_parts: Family<GroupLabels, Counter>,
+    pub throttled_seconds: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
+    pub receiver_pauses: Family<ConsumerLabels, Counter>,
+    pub receiver_gone: Family<ConsumerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -126,6 +137,9 @@ impl Metrics {
             read_ahead: Family::default(),
             group_passes: Counter::default(),
             group_parts: Family::default(),
+            throttled_seconds: Family::default(),
+            receiver_pauses: Family::default(),
+            receiver_gone: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -209,6 +223,22 @@ impl Metrics {
             "Time from handing a batch to the sink to its acknowledgement (for kafka and nats: every \
              record acknowledged by the brokers)",
             m.sink_publish.clone(),
+        );
+        registry.register(
+            "throttled_seconds",
+            "Seconds a consumer's deliveries waited in this dispatcher: cause=receiver for a Retry-After the \
+             receiver answered (429/503), cause=rateLimit for spec.rateLimit's empty bucket",
+            m.throttled_seconds.clone(),
+        );
+        registry.register(
+            "receiver_pauses",
+            "429/503 answers with Retry-After that paused the consumer (no attempt counted up to the bound)",
+            m.receiver_pauses.clone(),
+        );
+        registry.register(
+            "receiver_gone",
+            "410 Gone answers: each disabled the consumer until an operator enables it",
+            m.receiver_gone.clone(),
         );
         registry.register(
             "read_ahead_batches",

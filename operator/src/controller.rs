@@ -107,6 +107,10 @@ async fn apply(ec: &EventConsumer, ctx: &Context, api: &Api<EventConsumer>) -> R
         );
         events::on(ctx, ec, Reason::ShardDead, note).await;
     }
+    for s in status::newly_gone(prev, &next) {
+        let note = format!("shard {} disabled: {}", s.instance, s.last_error.as_deref().unwrap_or(""));
+        events::on(ctx, ec, Reason::ReceiverGone, note).await;
+    }
     if let Some((problem, msg)) = &problem
         && prev.and_then(|p| p.state) != Some(problem.state())
     {

@@ -13,6 +13,8 @@ use crate::context::Context;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     ShardDead,
+    /// A webhook receiver answered `410 Gone`: the dispatcher disabled the consumer.
+    ReceiverGone,
     Restarted,
     RestartRefused,
     SkipInvalid,
@@ -41,6 +43,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::ShardDead => "ShardDead",
+            Reason::ReceiverGone => "ReceiverGone",
             Reason::Restarted => "Restarted",
             Reason::RestartRefused => "RestartRefused",
             Reason::SkipInvalid => "SkipInvalid",

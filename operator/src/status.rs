@@ -64,7 +64,9 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
     // Idle with an error: its passes fail before any event is blamed (a batch that cannot
     // commit, a sink that cannot be built), so the status alone would say all is well.
     let stuck: Vec<&ShardState> = shards.iter().filter(|s| s.status == "idle" && s.last_error.is_some()).collect();
-    let degraded = !dead.is_empty() || !failing.is_empty() || !stuck.is_empty();
+    // Disabled by its receiver (`410 Gone`, docs/sinks.md "Backpressure"), not by an operator.
+    let gone: Vec<&ShardState> = shards.iter().filter(|s| gone_shard(s)).collect();
+    let degraded = !dead.is_empty() || !failing.is_empty() || !stuck.is_empty() || !gone.is_empty();
     let state = match (&i.problem, i.suspended) {
         (Some((problem, _)), _) => problem.state(),
         (None, true) => ConsumerState::Suspended,
@@ -85,6 +87,9 @@ pub fn compute(rows: &[ShardStatus], i: &Inputs<'_>) -> EventConsumerStatus {
                 .iter()
                 .map(|s| format!("shard {} is stuck: {}", s.instance, s.last_error.as_deref().unwrap_or_default())),
         )
+        .chain(gone.iter().map(|s| {
+            format!("shard {} is disabled by its receiver: {}", s.instance, s.last_error.as_deref().unwrap_or_default())
+        }))
         .collect::<Vec<_>>()
         .join("; ");
     let (ready_reason, ready_msg) = match (&i.problem, state) {
@@ -186,6 +191,20 @@ fn condition_with(i: &Inputs<'_>, type_: &str, status: &str, reason: &str, messa
 }
 
 /// Shards that became dead since the previous status: each gets a Warning event.
+/// A shard the dispatcher disabled because the webhook receiver answered `410 Gone`.
+fn gone_shard(s: &ShardState) -> bool {
+    s.status == "disabled" && s.last_error.as_deref().is_some_and(|e| e.contains("HTTP 410 Gone"))
+}
+
+/// Shards disabled by their receiver (`410 Gone`) since the previous status: one Event each.
+pub fn newly_gone<'a>(prev: Option<&EventConsumerStatus>, now: &'a EventConsumerStatus) -> Vec<&'a ShardState> {
+    now.shards
+        .iter()
+        .filter(|s| gone_shard(s))
+        .filter(|s| !prev.is_some_and(|p| p.shards.iter().any(|o| o.instance == s.instance && gone_shard(o))))
+        .collect()
+}
+
 pub fn newly_dead<'a>(prev: Option<&EventConsumerStatus>, now: &'a EventConsumerStatus) -> Vec<&'a ShardState> {
     now.shards
         .iter()
@@ -225,6 +244,10 @@ mod tests {
             rebuild_seconds: None,
             rebuild_complete: None,
             rebuild: None,
+            paused_until: None,
+            pause_reason: None,
+            rate_limited_until: None,
+            throttled_seconds: 0.0,
         }
     }
 
@@ -278,6 +301,25 @@ mod tests {
         let second = compute(&[row("a", "idle", 0), row("b", "dead", 4)], &inputs(Some(&first), "t2"));
         assert!(newly_dead(Some(&first), &second).is_empty());
         assert_eq!(second.conditions[1].last_transition_time, "t1", "unchanged conditions keep their time");
+    }
+
+    #[test]
+    fn a_shard_disabled_by_a_410_degrades_and_is_reported_once() {
+        let mut gone = row("__shared__", "disabled", 4);
+        gone.last_error = Some("webhook: HTTP 410 Gone, empty body (410 Gone: …)".into());
+        let first = compute(std::slice::from_ref(&gone), &inputs(None, "t1"));
+        assert_eq!(first.state, Some(ConsumerState::Degraded));
+        assert!(
+            first.conditions[1]
+                .message
+                .contains("shard __shared__ is disabled by its receiver: webhook: HTTP 410 Gone")
+        );
+        assert_eq!(newly_gone(None, &first).len(), 1);
+        let second = compute(&[gone], &inputs(Some(&first), "t2"));
+        assert!(newly_gone(Some(&first), &second).is_empty(), "reported once");
+        // Disabled by an operator: not the receiver's doing.
+        let s = compute(&[row("a", "disabled", 0)], &inputs(None, "t1"));
+        assert!(newly_gone(None, &s).is_empty());
     }
 
     #[test]

@@ -209,6 +209,12 @@ pub async fn apply(pool: &PgPool, defs: &[Definition]) -> Result<Vec<(String, Ap
         {
             super::sink_statement::check(pool, &d.name, &d.source, sql).await?;
         }
+        // Checked when it changes (the operator applies unchanged specs often).
+        if let Some(filter) = &d.spec.filter
+            && filter_changed(pool, &d.name, filter).await?
+        {
+            crate::event_filter::check(pool, &d.name, &d.source, filter).await?;
+        }
     }
     let mut tx = pool.begin().await?;
     let mut out = Vec::new();
@@ -314,6 +320,15 @@ async fn statement_changed(pool: &PgPool, name: &str, sql: &highwater_crds::SqlS
         .fetch_optional(pool)
         .await?;
     Ok(stored.and_then(|s| s.0.sink.sql).is_none_or(|old| old.statement != sql.statement || old.form != sql.form))
+}
+
+async fn filter_changed(pool: &PgPool, name: &str, filter: &str) -> Result<bool> {
+    let stored: Option<Option<String>> =
+        sqlx::query_scalar("SELECT spec->>'filter' FROM highwater.consumers WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+    Ok(stored.flatten().as_deref() != Some(filter))
 }
 
 async fn upsert(conn: &mut sqlx::PgConnection, d: &Definition) -> Result<()> {

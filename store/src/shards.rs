@@ -301,12 +301,12 @@ pub struct Batch {
 }
 
 /// The newest event below the fence `s.fence`, whatever its type.
-const HEAD_LATERAL: &str = "LEFT JOIN LATERAL (
+pub(crate) const HEAD_LATERAL: &str = "LEFT JOIN LATERAL (
          SELECT tx_id, id FROM highwater.events
           WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true";
 
 /// The fence and the next transaction id, from one snapshot.
-fn fence_cte() -> String {
+pub(crate) fn fence_cte() -> String {
     format!("s AS MATERIALIZED (SELECT {} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)", fence!())
 }
 
@@ -462,7 +462,7 @@ pub(crate) async fn read_from(
 
 /// Decodes the row of [`read_batch`] and [`load_and_read`]: the fence columns and the batch's
 /// events as arrays ([`event_arrays`]).
-fn batch_from_row(row: &sqlx::postgres::PgRow) -> Result<Batch> {
+pub(crate) fn batch_from_row(row: &sqlx::postgres::PgRow) -> Result<Batch> {
     let next_xid = row.try_get::<Xid8, _>("next_xid")?.0;
     let head = match row.try_get::<Option<Xid8>, _>("head_tx")? {
         Some(tx) => Some(Position::from((tx, row.try_get("head_id")?))),

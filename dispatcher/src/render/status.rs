@@ -62,6 +62,29 @@ pub fn render_table(rows: &[ShardStatus]) -> String {
             ));
         }
     }
+    // Flow control is the consumer's, not a shard's: one line per consumer.
+    let mut seen = std::collections::BTreeSet::new();
+    for r in rows.iter().filter(|r| r.paused_until.is_some() || r.rate_limited_until.is_some()) {
+        if !seen.insert(&r.consumer) {
+            continue;
+        }
+        if let Some(until) = r.paused_until {
+            out.push_str(&format!(
+                "{}: throttled until {} by the receiver (no attempt counted): {}\n",
+                r.consumer,
+                until.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                r.pause_reason.as_deref().unwrap_or("").chars().take(200).collect::<String>()
+            ));
+        }
+        if let Some(until) = r.rate_limited_until {
+            out.push_str(&format!(
+                "{}: throttled by spec.rateLimit until {} ({:.1}s throttled in total)\n",
+                r.consumer,
+                until.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                r.throttled_seconds
+            ));
+        }
+    }
     if let Some(h) = rows.iter().find_map(|r| r.held_by_fence.as_ref()) {
         out.push_str(&format!("  fix: {}\n", h.fix()));
     }

@@ -87,6 +87,8 @@ impl Group {
         ctx.partition.is_none()
             && ctx.spec.error_mode != ErrorMode::SkipStream
             && ctx.spec.event_versions.as_ref().and_then(|v| v.want()).is_none()
+            // A filter runs in its consumer's own read (store/src/event_filter.rs).
+            && ctx.spec.filter.is_none()
             && matches!(&ctx.sink, Sink::Transactional(s) if s.statement().is_some())
     }
 
@@ -325,7 +327,12 @@ async fn claimed_pass(
                 shard: p.shard,
                 events: p.events,
                 end: p.end,
-                error: SinkError { index: failed.index, message: failed.message, deferred: failed.deferred },
+                error: SinkError {
+                    index: failed.index,
+                    message: failed.message,
+                    deferred: failed.deferred,
+                    backpressure: None,
+                },
                 whole,
             })),
             Verdict::Moved(_) if p.events.is_empty() => Reply::Done(if p.more {

@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{http, metrics::Metrics, sink, sse};
 use highwater_store::{Error, Result, definitions, shards};
 
+mod concurrent;
+mod flow;
 mod group;
 mod held;
 mod membership;

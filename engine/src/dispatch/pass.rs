@@ -9,7 +9,7 @@ use highwater_store::pg::{PgConnection, PgPool};
 
 use crate::{
     metrics::{Metrics, ReadAheadLabels, ShardLabels},
-    sink::{Applied, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
+    sink::{Applied, Backpressure, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
 };
 use highwater_store::{
     Position, Result,
@@ -168,10 +168,26 @@ async fn locked(
     let limit = i64::from(ctx.spec.batch_size);
     let read = match next.take() {
         Some(ready) => Some(ready),
-        None => {
-            shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
+        None => match &ctx.spec.filter {
+            // The filter runs in the read: the events it rejects never leave the database.
+            Some(filter) => {
+                let (types, bodies) = (&ctx.spec.event_types, ctx.bodies());
+                highwater_store::event_filter::load_and_read(
+                    conn,
+                    &ctx.consumer,
+                    &ctx.instance_id,
+                    types,
+                    limit,
+                    bodies,
+                    filter,
+                )
                 .await?
-        }
+            }
+            None => {
+                shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
+                    .await?
+            }
+        },
     };
     let Some((shard, batch)) = read else {
         return Ok(Outcome::Missing);
@@ -237,7 +253,15 @@ async fn locked(
     }
     match &ctx.sink {
         Sink::Transactional(sink) => transactional(ctx, &**sink, conn, b, prepared, next).await,
-        Sink::External(sink) => external(ctx, &**sink, conn, b, next).await,
+        Sink::External(sink) => match super::flow::rate_limited(ctx, conn, b.events.len()).await? {
+            super::flow::Allowed::All => external(ctx, &**sink, conn, b, next).await,
+            super::flow::Allowed::First(n) => {
+                // The first `n` events only: the rest waits for the bucket's next tokens.
+                let b = Pass { shard: b.shard, events: &b.events[..n], end: b.events[n - 1].position(), full: true };
+                external(ctx, &**sink, conn, b, next).await
+            }
+            super::flow::Allowed::None(wait) => Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: wait }),
+        },
     }
 }
 
@@ -280,7 +304,7 @@ pub async fn group_failed(ctx: &ShardCtx, seen: &GroupFailure) -> Result<Outcome
                         }
                         highwater_store::sql_sink::Applied::Refused => return finish(lock, Ok(Outcome::Changed)).await,
                         highwater_store::sql_sink::Applied::Failed(f) => {
-                            SinkError { index: f.index, message: f.message, deferred: f.deferred }
+                            SinkError { index: f.index, message: f.message, deferred: f.deferred, backpressure: None }
                         }
                     }
                 }
@@ -501,12 +525,18 @@ async fn external(
     let delivery = async {
         let started = Instant::now();
         let attempt = crate::trace::process::attempt(b.shard, b.events);
-        let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt };
-        let res = sink.deliver(&mut d, b.events).await;
+        let res = if ctx.spec.concurrency > 1 {
+            let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
+            super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, b.events, key, n).await
+        } else {
+            let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt };
+            sink.deliver(&mut d, b.events).await
+        };
         ctx.handler_took(started);
         res
     };
-    let (res, ahead) = if b.full && b.shard.barrier.is_none() {
+    // The read ahead knows no filter: a filtered consumer reads each batch at its pass.
+    let (res, ahead) = if b.full && b.shard.barrier.is_none() && ctx.spec.filter.is_none() {
         let types = &ctx.spec.event_types;
         let limit = i64::from(ctx.spec.batch_size);
         let read = read_ahead::read(conn, b.shard, b.end, types, limit, ctx.bodies());
@@ -544,7 +574,24 @@ async fn external(
             if ahead.is_some() {
                 ctx.read_ahead(false);
             }
-            let failure = failure(ctx, b.shard, b.events, err.index.min(b.events.len() - 1), err.message);
+            let index = err.index.min(b.events.len() - 1);
+            match err.backpressure {
+                Some(Backpressure::Gone) => {
+                    return super::flow::gone(ctx, conn, b.shard, b.events, index, &err.message).await;
+                }
+                Some(Backpressure::Pause(pause)) if pause <= super::flow::FREE_PAUSE => {
+                    return super::flow::paused(ctx, conn, b.shard, b.events, index, pause, &err.message).await;
+                }
+                _ => {}
+            }
+            let mut failure = failure(ctx, b.shard, b.events, index, err.message);
+            // Past the bound the attempt counts; the next one still waits as long as asked (up
+            // to a cap), so that a long pause is not hammered by a short backoff.
+            if let (Some(Backpressure::Pause(pause)), FailureOutcome::Retry(delay)) =
+                (err.backpressure, failure.outcome)
+            {
+                failure.outcome = FailureOutcome::Retry(delay.max(pause.min(super::flow::LONGEST_PAUSE)));
+            }
             if shards::record_failure(conn, b.shard, b.shard.cursor, &failure).await? {
                 ctx.failed(&failure, b.events);
                 Ok(after_failure(&failure))
@@ -555,7 +602,13 @@ async fn external(
     }
 }
 
-fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], index: usize, error: String) -> Failure {
+pub(super) fn failure(
+    ctx: &ShardCtx,
+    shard: &Shard,
+    events: &[highwater_store::Event],
+    index: usize,
+    error: String,
+) -> Failure {
     let event = events[index].clone();
     let attempts = if shard.failing_event_id == Some(event.id) { shard.attempts + 1 } else { 1 };
     let outcome = if attempts >= ctx.spec.max_attempts as i32 {
@@ -574,7 +627,7 @@ fn failure(ctx: &ShardCtx, shard: &Shard, events: &[highwater_store::Event], ind
     Failure { event, error, cursor, delivered: index as i64, attempts, outcome }
 }
 
-fn after_failure(f: &Failure) -> Outcome {
+pub(super) fn after_failure(f: &Failure) -> Outcome {
     match f.outcome {
         FailureOutcome::Retry(d) => Outcome::Backoff { cursor: f.cursor, retry_in: d },
         FailureOutcome::Dead => Outcome::Halted { cursor: f.cursor },

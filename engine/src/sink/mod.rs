@@ -75,13 +75,24 @@ pub struct SinkError {
     /// whole ran into a time limit): deliver from it again without counting a failed attempt.
     /// Only with `index > 0`, so every call makes progress.
     pub deferred: bool,
+    /// The receiver asked for more than a retry (webhook status codes): a pause, or to stop.
+    pub backpressure: Option<Backpressure>,
 }
 
 impl SinkError {
     /// Event `index` failed.
     pub fn at(index: usize, message: impl Into<String>) -> Self {
-        SinkError { index, message: message.into(), deferred: false }
+        SinkError { index, message: message.into(), deferred: false, backpressure: None }
     }
+}
+
+/// What a receiver asked for beyond "this attempt failed" (docs/sinks.md, "Backpressure").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backpressure {
+    /// `429` or `503` with `Retry-After`: pause the consumer's deliveries this long.
+    Pause(std::time::Duration),
+    /// `410 Gone`: the endpoint is gone for good; disable the consumer.
+    Gone,
 }
 
 /// A sink outside the database (webhook, Kafka, NATS, log, SSE): no transaction is open while it

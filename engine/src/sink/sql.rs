@@ -27,7 +27,7 @@ impl SqlSink {
 }
 
 fn sink_error(f: Failed) -> SinkError {
-    SinkError { index: f.index, message: f.message, deferred: f.deferred }
+    SinkError { index: f.index, message: f.message, deferred: f.deferred, backpressure: None }
 }
 
 #[async_trait]

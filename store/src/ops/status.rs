@@ -53,6 +53,15 @@ pub struct ShardStatus {
     /// The same, as done / total, rate and ETA.
     #[sqlx(skip)]
     pub rebuild: Option<RebuildProgress>,
+    /// The receiver asked the consumer to pause (`429`/`503` with `Retry-After`) until then; only
+    /// while that is in the future.
+    pub paused_until: Option<DateTime<Utc>>,
+    /// The receiver's answer that paused it.
+    pub pause_reason: Option<String>,
+    /// `spec.rateLimit`: the bucket was empty; the next token comes then (only while in the future).
+    pub rate_limited_until: Option<DateTime<Utc>>,
+    /// Seconds the consumer's dispatchers waited for tokens or for the receiver, in total.
+    pub throttled_seconds: f64,
 }
 
 /// How far a rebuild is: `consumer status`, the operator's status.
@@ -129,9 +138,14 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
                 CASE WHEN s.rebuild_started_at IS NOT NULL
                      THEN s.rebuild_target_tx IS NULL
                           OR (s.cursor_tx, s.cursor_id) >= (s.rebuild_target_tx, s.rebuild_target_id) END
-                     AS rebuild_complete
+                     AS rebuild_complete,
+                CASE WHEN fl.paused_until > now() THEN fl.paused_until END AS paused_until,
+                CASE WHEN fl.paused_until > now() THEN fl.pause_reason END AS pause_reason,
+                CASE WHEN fl.throttled_until > now() THEN fl.throttled_until END AS rate_limited_until,
+                coalesce(fl.throttled_ms, 0)::float8 / 1000 AS throttled_seconds
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer
+           LEFT JOIN highwater.consumer_flow fl ON fl.consumer = s.consumer
            LEFT JOIN LATERAL (
                 SELECT count(*) AS lag, min(e.created_at) AS oldest,
                        count(*) FILTER (WHERE e.tx_id >= ",

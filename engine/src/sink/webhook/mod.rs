@@ -15,9 +15,10 @@ use reqwest::{
     redirect,
 };
 
-use super::{DeliveryContext, ExternalSink, SinkError, envelope::Envelope, idempotency_key, trace};
+use super::{Backpressure, DeliveryContext, ExternalSink, SinkError, envelope::Envelope, idempotency_key, trace};
 use highwater_store::{Error, Event, Result};
 
+mod backpressure;
 mod signature;
 mod targets;
 
@@ -103,8 +104,14 @@ impl WebhookSink {
         Ok(WebhookSink { client, url, batch: spec.batch, timeout, key })
     }
 
-    /// One request; the error is what the shard's `last_error` will say.
-    async fn post(&self, id: &str, body: Vec<u8>, trace: Option<trace::Outgoing>) -> Result<(), String> {
+    /// One request; the error is what the shard's `last_error` will say, with what the receiver
+    /// asked for besides (a pause, or to stop).
+    async fn post(
+        &self,
+        id: &str,
+        body: Vec<u8>,
+        trace: Option<trace::Outgoing>,
+    ) -> Result<(), (String, Option<Backpressure>)> {
         let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
         let mut req =
             self.client.post(self.url.clone()).header("webhook-id", id).header("webhook-timestamp", timestamp);
@@ -117,11 +124,19 @@ impl WebhookSink {
                 req = req.header("tracestate", state);
             }
         }
-        let resp =
-            req.body(body).send().await.map_err(|e| transport_error(e, self.timeout, self.url.scheme() == "https"))?;
+        let resp = req
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| (transport_error(e, self.timeout, self.url.scheme() == "https"), None))?;
         let status = resp.status();
+        if status.is_success() {
+            read_prefix(resp).await;
+            return Ok(());
+        }
+        let asked = backpressure::asked(status, resp.headers(), SystemTime::now());
         let body = read_prefix(resp).await;
-        if status.is_success() { Ok(()) } else { Err(status_error(status, &body)) }
+        Err((backpressure::describe(status_error(status, &body), asked), asked))
     }
 }
 
@@ -142,13 +157,15 @@ impl ExternalSink for WebhookSink {
             return self
                 .post(&id, body, trace::Outgoing::of(first, &id))
                 .await
-                .map_err(|message| SinkError::at(0, message));
+                .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(0, message) });
         }
         for (index, ev) in events.iter().enumerate() {
             let id = idempotency_key(ctx.consumer, ev.id);
             let body = serde_json::to_vec(&Envelope::new(ctx, ev)).map_err(encode)?;
             let trace = trace::Outgoing::of(ev, &id);
-            self.post(&id, body, trace).await.map_err(|message| SinkError::at(index, message))?;
+            self.post(&id, body, trace)
+                .await
+                .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(index, message) })?;
         }
         Ok(())
     }
@@ -301,7 +318,7 @@ mod tests {
             }
         });
         let sink = WebhookSink::new(&spec(&format!("https://127.0.0.1:{port}/hook")), &Arc::default()).unwrap();
-        let err = sink.post("c:1", b"{}".to_vec(), None).await.unwrap_err();
+        let (err, _) = sink.post("c:1", b"{}".to_vec(), None).await.unwrap_err();
         assert!(err.starts_with("webhook: TLS failure"), "{err}");
         assert!(!err.contains("127.0.0.1"), "the URL is not repeated: {err}");
     }
