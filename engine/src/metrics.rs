@@ -100,6 +100,7 @@ pub struct Metrics {
     pub partitions_owned: Family<ConsumerLabels, Gauge>,
     pub read_ahead: Family<ReadAheadLabels, Counter>,
     pub group_passes: Counter,
+    pub group_reads: Counter,
     pub group_parts: Family<GroupLabels, Counter>,
     pub throttled_seconds: Family<ThrottleLabels, Counter<f64, AtomicU64>>,
     pub receiver_pauses: Family<ConsumerLabels, Counter>,
@@ -136,6 +137,7 @@ impl Metrics {
             partitions_owned: Family::default(),
             read_ahead: Family::default(),
             group_passes: Counter::default(),
+            group_reads: Counter::default(),
             group_parts: Family::default(),
             throttled_seconds: Family::default(),
             receiver_pauses: Family::default(),
@@ -250,6 +252,12 @@ impl Metrics {
             "group_passes",
             "Group passes: one claim, one read and one transaction for the due passes of many consumers",
             m.group_passes.clone(),
+        );
+        registry.register(
+            "group_pass_reads",
+            "Reads of group passes: one serves every member whose cursor lies before where it stopped; the \
+             members beyond a laggard get a second",
+            m.group_reads.clone(),
         );
         registry.register(
             "group_pass_shards",

@@ -67,36 +67,24 @@ pub struct Loaded {
     pub next_xid: u64,
     /// The newest event below the fence, whatever its type.
     pub head: Option<Position>,
-    /// The `window`-th newest event below the fence: a shard whose cursor is at or after it has at
-    /// most `window` events of any type to read; `None` when fewer exist.
-    pub floor: Option<Position>,
 }
 
-/// The rows of the claimed shards, the fence, the head and the window's floor, in one statement.
-pub async fn load(conn: &mut PgConnection, shards: &[(&str, &str)], window: i64) -> Result<Loaded> {
+/// The rows of the claimed shards, the fence and the head, in one statement.
+pub async fn load(conn: &mut PgConnection, shards: &[(&str, &str)]) -> Result<Loaded> {
     let (consumers, instances): (Vec<&str>, Vec<&str>) = shards.iter().copied().unzip();
     let sql = format!(
         "WITH s AS MATERIALIZED (SELECT {fence} AS fence, pg_snapshot_xmax(pg_current_snapshot()) AS next)
-         SELECT s.fence, s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id,
-                w.tx_id AS floor_tx, w.id AS floor_id, sh.*
+         SELECT s.fence, s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, sh.*
            FROM s
            LEFT JOIN LATERAL (
                 SELECT tx_id, id FROM highwater.events
                  WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC LIMIT 1) h ON true
-           LEFT JOIN LATERAL (
-                SELECT tx_id, id FROM highwater.events
-                 WHERE tx_id < s.fence ORDER BY tx_id DESC, id DESC OFFSET $3 - 1 LIMIT 1) w ON true
            LEFT JOIN (
                 SELECT {SHARD_COLUMNS} FROM highwater.consumer_shards
                  WHERE (consumer, instance_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))) sh ON true",
         fence = fence!(),
     );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(&consumers)
-        .bind(&instances)
-        .bind(window.max(1))
-        .fetch_all(conn)
-        .await?;
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&consumers).bind(&instances).fetch_all(conn).await?;
     let first = rows.first().ok_or_else(|| crate::Error::Internal("the group's load returned no row".into()))?;
     let position = |tx: &str, id: &str| -> Result<Option<Position>> {
         Ok(match first.try_get::<Option<Xid8>, _>(tx)? {
@@ -108,7 +96,6 @@ pub async fn load(conn: &mut PgConnection, shards: &[(&str, &str)], window: i64)
         fence: first.try_get("fence")?,
         next_xid: first.try_get::<Xid8, _>("next_xid")?.0,
         head: position("head_tx", "head_id")?,
-        floor: position("floor_tx", "floor_id")?,
         shards: Vec::with_capacity(rows.len()),
     };
     let mut loaded = loaded;

@@ -36,9 +36,12 @@ use crate::{
     sink::{Sink, SinkError},
 };
 
-/// How many events of any type a group member may be behind the head; one further behind reads
-/// alone (a catch-up read must not make the group's read long), unless every member is.
-const WINDOW: i64 = 2000;
+/// The most events one read of a group pass returns (headers only: a SQL sink reads bodies
+/// server-side).
+const WINDOW: i64 = 10_000;
+
+/// Reads per group pass: the members a read could not reach (ahead of a laggard) get the next.
+const READS: usize = 2;
 
 /// The longest a member's batch may run in the group's transaction (its `statement_timeout`
 /// there, when shorter than its own): the group commits together, so a slow consumer would delay
@@ -141,6 +144,9 @@ async fn run(pool: PgPool, metrics: Arc<Metrics>, mut rx: mpsc::UnboundedReceive
             }
         };
         metrics.group_passes.inc();
+        if let Some(s) = session.as_mut() {
+            metrics.group_reads.inc_by(std::mem::take(&mut s.reads));
+        }
         for (r, reply) in requests.into_iter().zip(replies) {
             let outcome = match &reply {
                 Reply::Done(Outcome::Delivered { .. }) => "delivered",
@@ -159,6 +165,8 @@ struct Session {
     conn: PoolConnection,
     /// The statements whose functions this session has (`sql_sink_prepare`).
     prepared: HashSet<(&'static str, String)>,
+    /// Reads made, for `highwater_group_pass_reads_total`.
+    reads: u64,
 }
 
 /// One group pass over `ctxs`; a reply per shard, in order.
@@ -169,7 +177,7 @@ async fn pass(
     slow: &mut HashMap<(String, String), Instant>,
 ) -> Result<Vec<Reply>> {
     if session.is_none() {
-        *session = Some(Session { conn: pool.acquire().await?, prepared: HashSet::new() });
+        *session = Some(Session { conn: pool.acquire().await?, prepared: HashSet::new(), reads: 0 });
     }
     let s = session.as_mut().expect("set above");
     let keys: Vec<(&str, &str)> = ctxs.iter().map(|c| (c.consumer.as_str(), c.instance_id.as_str())).collect();
@@ -206,7 +214,7 @@ async fn claimed_pass(
     }
     let keys: Vec<(&str, &str)> =
         mine.iter().map(|&i| (ctxs[i].consumer.as_str(), ctxs[i].instance_id.as_str())).collect();
-    let loaded = group::load(&mut s.conn, &keys, WINDOW).await?;
+    let loaded = group::load(&mut s.conn, &keys).await?;
     let mut rows: HashMap<(&str, &str), &Shard> =
         loaded.shards.iter().map(|s| ((s.consumer.as_str(), s.instance_id.as_str()), s)).collect();
     // Due and plain, as its own pass would deliver it; anything else goes alone.
@@ -228,49 +236,54 @@ async fn claimed_pass(
             Some(_) => {}
         }
     }
-    // The members near the head read together; the others catch up alone. When every one is
-    // behind, they all read together from the last one's cursor.
-    let near: Vec<_> =
-        candidates.iter().filter(|(_, sh)| loaded.floor.is_none_or(|f| sh.cursor >= f)).cloned().collect();
-    let members = if near.is_empty() { candidates } else { near };
-    let Some(from) = members.iter().map(|(_, sh)| sh.cursor).min() else { return Ok(()) };
-    let types: Vec<String> = if members.iter().any(|(i, _)| ctxs[*i].spec.event_types.is_empty()) {
-        Vec::new()
-    } else {
-        let set: HashSet<&String> = members.iter().flat_map(|(i, _)| &ctxs[*i].spec.event_types).collect();
-        set.into_iter().cloned().collect()
-    };
-    let events = group::read(&mut s.conn, from, loaded.fence, &types, WINDOW, false).await?;
-    // A full read may stop before the head: nobody's cursor passes its last event.
-    let cut = (events.len() as i64 == WINDOW).then(|| events.last().map(Event::position)).flatten();
+    // One read from the earliest member's cursor serves every member whose cursor lies before
+    // where it stopped; the members beyond (ahead of a laggard) get a read of their own, from their
+    // earliest cursor: a consumer far behind never holds the others back by more than one read of
+    // WINDOW events, and a drain moves every member at once. Any left after READS go alone.
+    let mut remaining = candidates;
+    remaining.sort_by_key(|(_, sh)| sh.cursor);
     let mut parts = Vec::new();
-    for (i, shard) in members {
-        let c = ctxs[i];
-        if cut.is_some_and(|p| shard.cursor >= p) {
-            continue;
+    for _ in 0..READS {
+        let Some(from) = remaining.first().map(|(_, sh)| sh.cursor) else { break };
+        let types: Vec<String> = if remaining.iter().any(|(i, _)| ctxs[*i].spec.event_types.is_empty()) {
+            Vec::new()
+        } else {
+            let set: HashSet<&String> = remaining.iter().flat_map(|(i, _)| &ctxs[*i].spec.event_types).collect();
+            set.into_iter().cloned().collect()
+        };
+        let events = group::read(&mut s.conn, from, loaded.fence, &types, WINDOW, false).await?;
+        s.reads += 1;
+        // A full read may stop before the head: nobody's cursor passes its last event.
+        let cut = (events.len() as i64 == WINDOW).then(|| events.last().map(Event::position)).flatten();
+        let (served, rest): (Vec<_>, Vec<_>) =
+            remaining.into_iter().partition(|(_, sh)| cut.is_none_or(|p| sh.cursor < p));
+        remaining = rest;
+        for (i, shard) in served {
+            let c = ctxs[i];
+            let Some(statement) = (match &c.sink {
+                Sink::Transactional(s) => s.statement(),
+                Sink::External(_) => None,
+            }) else {
+                continue;
+            };
+            let wanted = |e: &&Event| {
+                e.position() > shard.cursor
+                    && (c.spec.event_types.is_empty() || c.spec.event_types.contains(&e.event_type))
+            };
+            let batch: Vec<Event> = events.iter().filter(wanted).take(c.spec.batch_size as usize).cloned().collect();
+            let full = batch.len() == c.spec.batch_size as usize;
+            let last = batch.last().map(Event::position);
+            let (end, more) = match (full, cut) {
+                (true, _) => (last.expect("a full batch has a last event"), true),
+                (false, Some(p)) => (p, true),
+                (false, None) => (loaded.head.into_iter().chain(last).max().unwrap_or(shard.cursor), false),
+            };
+            if end <= shard.cursor {
+                replies[i] = Some(Reply::Done(Outcome::CaughtUp { cursor: shard.cursor }));
+                continue;
+            }
+            parts.push(Part { i, shard, events: batch, end, more, statement });
         }
-        let Some(statement) = (match &c.sink {
-            Sink::Transactional(s) => s.statement(),
-            Sink::External(_) => None,
-        }) else {
-            continue;
-        };
-        let wanted = |e: &&Event| {
-            e.position() > shard.cursor && (c.spec.event_types.is_empty() || c.spec.event_types.contains(&e.event_type))
-        };
-        let batch: Vec<Event> = events.iter().filter(wanted).take(c.spec.batch_size as usize).cloned().collect();
-        let full = batch.len() == c.spec.batch_size as usize;
-        let last = batch.last().map(Event::position);
-        let (end, more) = match (full, cut) {
-            (true, _) => (last.expect("a full batch has a last event"), true),
-            (false, Some(p)) => (p, true),
-            (false, None) => (loaded.head.into_iter().chain(last).max().unwrap_or(shard.cursor), false),
-        };
-        if end <= shard.cursor {
-            replies[i] = Some(Reply::Done(Outcome::CaughtUp { cursor: shard.cursor }));
-            continue;
-        }
-        parts.push(Part { i, shard, events: batch, end, more, statement });
     }
     if parts.is_empty() {
         return Ok(());
