@@ -251,10 +251,12 @@ async fn claimed_pass(
             let set: HashSet<&String> = remaining.iter().flat_map(|(i, _)| &ctxs[*i].spec.event_types).collect();
             set.into_iter().cloned().collect()
         };
-        let events = group::read(&mut s.conn, from, loaded.fence, &types, WINDOW, false).await?;
+        // No more than the members can take: together, their batch sizes.
+        let limit = remaining.iter().map(|(i, _)| i64::from(ctxs[*i].spec.batch_size)).sum::<i64>().min(WINDOW);
+        let events = group::read(&mut s.conn, from, loaded.fence, &types, limit, false).await?;
         s.reads += 1;
         // A full read may stop before the head: nobody's cursor passes its last event.
-        let cut = (events.len() as i64 == WINDOW).then(|| events.last().map(Event::position)).flatten();
+        let cut = (events.len() as i64 == limit).then(|| events.last().map(Event::position)).flatten();
         let (served, rest): (Vec<_>, Vec<_>) =
             remaining.into_iter().partition(|(_, sh)| cut.is_none_or(|p| sh.cursor < p));
         remaining = rest;
