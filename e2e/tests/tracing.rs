@@ -96,6 +96,27 @@ async fn the_process_span_joins_the_writers_trace() {
     assert_ne!(own["traceID"], TRACE_ID, "{own}");
     assert_eq!(parent(&own), None, "a root span: {own}");
 
+    // The delivery-latency histogram carries the traced event's trace id as an exemplar
+    // (OpenMetrics), and no other: the untraced event's own trace is not the writer's.
+    let resp = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/metrics", d.port))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let body = resp.text().await.unwrap();
+    let exemplars: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("highwater_delivery_latency_seconds_bucket{") && l.contains(" # {"))
+        .collect();
+    assert!(!exemplars.is_empty(), "no exemplar on the latency histogram:\n{body}");
+    for l in &exemplars {
+        let (_, exemplar) = l.split_once(" # ").unwrap();
+        assert!(exemplar.starts_with(&format!("{{trace_id=\"{TRACE_ID}\"}} ")), "{l}");
+    }
+
     // What the backend took is counted, and nothing was dropped.
     assert!(d.metric("highwater_trace_spans_exported_total", &[]).await.unwrap_or(0.0) >= 2.0);
     assert_eq!(d.metric("highwater_trace_spans_dropped_total", &[]).await, Some(0.0));
