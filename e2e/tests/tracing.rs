@@ -9,7 +9,13 @@
 //! Jaeger once into the e2e cache; `.ci/run` runs it as a stage before the tests).
 mod relay;
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use highwater::{NewEvent, embedded::free_port};
 use highwater_e2e::jaeger::{Jaeger, parent, tag};
@@ -24,13 +30,14 @@ const SERVICE: &str = "highwater-e2e";
 /// Appends one event, inside the writer's trace when `traced` (`SET LOCAL`, as an application
 /// does in its transaction).
 async fn append(pool: &PgPool, traced: bool) -> i64 {
+    append_in(pool, traced.then(|| format!("00-{TRACE_ID}-{WRITER_SPAN}-01")).as_deref()).await
+}
+
+/// Appends one event with `traceparent` set for its transaction, if any.
+async fn append_in(pool: &PgPool, traceparent: Option<&str>) -> i64 {
     let mut tx = pool.begin().await.unwrap();
-    if traced {
-        sqlx::query("SELECT set_config('highwater.traceparent', $1, true)")
-            .bind(format!("00-{TRACE_ID}-{WRITER_SPAN}-01"))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+    if let Some(tp) = traceparent {
+        sqlx::query("SELECT set_config('highwater.traceparent', $1, true)").bind(tp).execute(&mut *tx).await.unwrap();
     }
     let id = highwater::append(&mut tx, &NewEvent::new(STREAM_TYPE, "o-1", EVENT_TYPE, json!({"n": 1}))).await.unwrap();
     tx.commit().await.unwrap();
@@ -89,6 +96,27 @@ async fn the_process_span_joins_the_writers_trace() {
     assert_ne!(own["traceID"], TRACE_ID, "{own}");
     assert_eq!(parent(&own), None, "a root span: {own}");
 
+    // The delivery-latency histogram carries the traced event's trace id as an exemplar
+    // (OpenMetrics), and no other: the untraced event's own trace is not the writer's.
+    let resp = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/metrics", d.port))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    let kind = resp.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let body = resp.text().await.unwrap();
+    let exemplars: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("highwater_delivery_latency_seconds_bucket{") && l.contains(" # {"))
+        .collect();
+    assert!(!exemplars.is_empty(), "no exemplar on the latency histogram:\n{body}");
+    for l in &exemplars {
+        let (_, exemplar) = l.split_once(" # ").unwrap();
+        assert!(exemplar.starts_with(&format!("{{trace_id=\"{TRACE_ID}\"}} ")), "{l}");
+    }
+
     // What the backend took is counted, and nothing was dropped.
     assert!(d.metric("highwater_trace_spans_exported_total", &[]).await.unwrap_or(0.0) >= 2.0);
     assert_eq!(d.metric("highwater_trace_spans_dropped_total", &[]).await, Some(0.0));
@@ -123,4 +151,156 @@ async fn with_the_backend_down_delivery_goes_on_and_lost_spans_are_counted() {
     assert_eq!(d.metric("highwater_trace_spans_ended_total", &[]).await, Some(20.0));
     assert_eq!(d.metric("highwater_trace_spans_exported_total", &[]).await, Some(0.0));
     assert_eq!(shard(&db.pool, "audit").await.status, "idle", "no failed attempt for the spans");
+}
+
+/// A webhook receiver on a free loopback port: records each request's `traceparent` and answers
+/// 500 while `failing` is set.
+struct Receiver {
+    url: String,
+    seen: Arc<Mutex<Vec<String>>>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let failing = Arc::new(AtomicBool::new(false));
+        let (s, f) = (seen.clone(), failing.clone());
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let (s, f) = (s.clone(), f.clone());
+            async move {
+                let tp = headers.get("traceparent").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                s.lock().unwrap().push(tp);
+                if f.load(Ordering::SeqCst) {
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Receiver { url, seen, failing }
+    }
+
+    /// The traceparents of the requests so far whose trace is `trace_id`.
+    fn requests(&self, trace_id: &str) -> Vec<String> {
+        self.seen.lock().unwrap().iter().filter(|tp| tp.contains(trace_id)).cloned().collect()
+    }
+}
+
+/// A started Jaeger, a database with `spec` applied as consumer `hook`, and a dispatcher exporting
+/// to Jaeger.
+async fn traced_hook(jaeger: &Jaeger, spec: &str, logs: &std::path::Path) -> (Db, Dispatcher) {
+    let db = db().await;
+    apply(&db, "hook", spec).await;
+    let endpoint = jaeger.otlp_endpoint();
+    let d = dispatcher(
+        &db.url,
+        logs,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_SERVICE_NAME", SERVICE),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    (db, d)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsampled_writer_gets_no_span_and_keeps_its_flags() {
+    const UNSAMPLED: &str = "11111111111111111111111111111111";
+    const SAMPLED: &str = "22222222222222222222222222222222";
+    let jaeger = Jaeger::start().await.expect("start jaeger");
+    let rx = Receiver::start().await;
+    let logs = tempfile::tempdir().unwrap();
+    let spec = format!("delivery: Shared\nsink: {{webhook: {{url: '{}'}}}}\n", rx.url);
+    let (db, d) = traced_hook(&jaeger, &spec, logs.path()).await;
+    let unsampled_tp = format!("00-{UNSAMPLED}-{WRITER_SPAN}-00");
+    let sampled_tp = format!("00-{SAMPLED}-{WRITER_SPAN}-01");
+    append_in(&db.pool, Some(&unsampled_tp)).await;
+    let last = append_in(&db.pool, Some(&sampled_tp)).await;
+    wait_caught_up(&db.pool, "hook", last, Duration::from_secs(30)).await;
+
+    // The receiver gets the writer's traceparent as stored, flags included: it decides the same.
+    assert_eq!(rx.requests(UNSAMPLED), vec![unsampled_tp.clone()]);
+    assert_eq!(rx.requests(SAMPLED), vec![sampled_tp]);
+
+    // The sampled event's span reaches Jaeger (the later of the two: the exporter has run)...
+    let span = highwater_e2e::wait_for("the sampled event's span", Duration::from_secs(30), || async {
+        let spans = jaeger.trace(SAMPLED).await?;
+        anyhow::Ok(spans.into_iter().find(|s| s["operationName"] == "process hook"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    assert_eq!(parent(&span), Some(WRITER_SPAN), "{span}");
+    // ...and the unsampled one's does not exist: not exported, not even ended as sampled.
+    highwater_e2e::eventually("the sampled span counted as exported", Duration::from_secs(10), || async {
+        d.metric("highwater_trace_spans_exported_total", &[]).await == Some(1.0)
+    })
+    .await;
+    assert_eq!(jaeger.trace(UNSAMPLED).await.unwrap(), Vec::<Value>::new(), "{unsampled_tp} was not sampled");
+    assert_eq!(d.metric("highwater_trace_spans_ended_total", &[]).await, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
+    const REDRIVEN: &str = "33333333333333333333333333333333";
+    let jaeger = Jaeger::start().await.expect("start jaeger");
+    let rx = Receiver::start().await;
+    rx.failing.store(true, Ordering::SeqCst);
+    let logs = tempfile::tempdir().unwrap();
+    let spec = format!("delivery: Shared\nmaxAttempts: 1\nerrorMode: skip\nsink: {{webhook: {{url: '{}'}}}}\n", rx.url);
+    let (db, _d) = traced_hook(&jaeger, &spec, logs.path()).await;
+    let tp = format!("00-{REDRIVEN}-{WRITER_SPAN}-01");
+    let id = append_in(&db.pool, Some(&tp)).await;
+    // Parked: the shard moved past it after its one failed attempt.
+    wait_caught_up(&db.pool, "hook", id, Duration::from_secs(30)).await;
+    assert_eq!(rx.requests(REDRIVEN), vec![tp.clone()]);
+
+    // Fixed; the operator redrives it (the CLI waits for the delivery).
+    rx.failing.store(false, Ordering::SeqCst);
+    let out = tokio::process::Command::new(highwater_e2e::chaos::fleet::highwater_bin().unwrap())
+        .args([
+            "consumer",
+            "redrive",
+            "hook",
+            "--event",
+            &id.to_string(),
+            "--reason",
+            "receiver fixed",
+            "--wait",
+            "30s",
+        ])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redrive: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rx.requests(REDRIVEN), vec![tp.clone(), tp], "the redrive carries the writer's traceparent again");
+
+    // Two process spans in the writer's trace, both children of the writer's span: the failed
+    // attempt and the redriven delivery.
+    let spans = highwater_e2e::wait_for("both deliveries' spans", Duration::from_secs(30), || async {
+        let spans: Vec<Value> =
+            jaeger.trace(REDRIVEN).await?.into_iter().filter(|s| s["operationName"] == "process hook").collect();
+        anyhow::Ok((spans.len() >= 2).then_some(spans))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    let mut outcomes: Vec<&str> =
+        spans.iter().map(|s| tag(s, "highwater.outcome").and_then(Value::as_str).unwrap_or("?")).collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["delivered", "failed"], "{spans:?}");
+    for s in &spans {
+        assert_eq!(parent(s), Some(WRITER_SPAN), "{s}");
+        assert_eq!(event_id(s), Some(id), "{s}");
+    }
+    assert_ne!(spans[0]["spanID"], spans[1]["spanID"]);
 }

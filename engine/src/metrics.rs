@@ -6,6 +6,7 @@ use prometheus_client::{
     encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
+        exemplar::HistogramWithExemplars,
         family::Family,
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
@@ -73,6 +74,20 @@ pub struct ThrottleLabels {
 
 type HistogramFamily = Family<ShardLabels, Histogram, fn() -> Histogram>;
 
+/// The exemplar of a delivery-latency observation: the trace of the observed event (issue 48),
+/// so that a Grafana panel links a latency spike to one trace. `trace_id` is the label name
+/// Grafana's Prometheus data source looks for by default.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceExemplar {
+    pub trace_id: String,
+}
+
+type LatencyWithExemplars = HistogramWithExemplars<TraceExemplar>;
+
+fn latency_with_exemplars() -> LatencyWithExemplars {
+    HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 17))
+}
+
 fn latency_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -86,7 +101,8 @@ pub struct Metrics {
     pub failed: Family<ShardLabels, Counter>,
     pub passes_failed: Family<ShardLabels, Counter>,
     pub passes_skipped: Family<ShardLabels, Counter>,
-    pub delivery_latency: HistogramFamily,
+    /// With exemplars (trace ids) while tracing is on; each bucket keeps its latest.
+    pub delivery_latency: Family<ShardLabels, LatencyWithExemplars, fn() -> LatencyWithExemplars>,
     pub handler_duration: HistogramFamily,
     pub shard_status: Family<StatusLabels, Gauge>,
     pub attempts: Family<ShardLabels, Gauge>,
@@ -123,7 +139,7 @@ impl Metrics {
             failed: Family::default(),
             passes_failed: Family::default(),
             passes_skipped: Family::default(),
-            delivery_latency: Family::new_with_constructor(latency_histogram),
+            delivery_latency: Family::new_with_constructor(latency_with_exemplars),
             handler_duration: Family::new_with_constructor(latency_histogram),
             shard_status: Family::default(),
             attempts: Family::default(),

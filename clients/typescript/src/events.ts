@@ -3,6 +3,7 @@
 import { tokenSink } from './context.js';
 import { type Executor, MARKER, runner } from './executor.js';
 import { mapError } from './errors.js';
+import { withTraceContext } from './trace.js';
 
 /** A position token: a transaction id (`xid8`) in decimal digits, e.g. `"7421"`. It covers every
  * event whose `tx_id` is at most the token. Kept as a string: it may exceed 2^53. */
@@ -17,7 +18,9 @@ export interface NewEvent {
   type: string;
   /** Any JSON value; checked by the server against the type's JSON Schema. */
   payload: unknown;
-  /** A JSON object; the server adds `correlation_id` (and `causation_id` inside a SQL sink). */
+  /** A JSON object; the server adds `correlation_id` (and `causation_id` inside a SQL sink).
+   * Inside an OpenTelemetry span, the span's `traceparent`/`tracestate` are added unless it has
+   * its own `traceparent` (when `@opentelemetry/api` is installed). */
   metadata?: Record<string, unknown> | null | undefined;
   /** NULL (the default) is the system tenant, or the `highwater.tenant_id` setting. */
   tenantId?: string | null | undefined;
@@ -43,12 +46,14 @@ function report(token: unknown): Token {
 
 function args(e: NewEvent): unknown[] {
   const payload = e.payload === undefined ? null : JSON.stringify(e.payload);
+  // Inside an OpenTelemetry span: its trace context goes with the event (./trace.ts).
+  const metadata = withTraceContext(e.metadata);
   return [
     e.streamType,
     e.streamId,
     e.type,
     payload,
-    e.metadata == null ? null : JSON.stringify(e.metadata),
+    metadata == null ? null : JSON.stringify(metadata),
     e.tenantId ?? null,
     e.expectedVersion == null ? null : String(e.expectedVersion),
   ];

@@ -54,8 +54,11 @@ impl ShardCtx {
         self.metrics.processed.get_or_create(&l).inc_by(events.len() as u64);
         let now = chrono::Utc::now();
         let h = self.metrics.delivery_latency.get_or_create(&l);
+        // Exemplars (the event's sampled trace) only while tracing is on (issue 48).
+        let traced = crate::trace::process::enabled();
         for e in events {
-            h.observe((now - e.created_at).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6);
+            let exemplar = if traced { crate::trace::exemplar::of(e) } else { None };
+            h.observe((now - e.created_at).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6, exemplar, None);
         }
     }
 

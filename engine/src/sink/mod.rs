@@ -20,7 +20,7 @@ mod nats;
 mod record;
 mod secret;
 mod sql;
-mod trace;
+pub(crate) mod trace;
 mod webhook;
 
 pub use kafka::KafkaSink;

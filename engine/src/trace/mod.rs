@@ -12,6 +12,7 @@
 //! (`sink::measured`) after each external delivery; nothing in `dispatch/` calls this module.
 pub mod config;
 pub mod counts;
+pub mod exemplar;
 mod export;
 pub mod process;
 

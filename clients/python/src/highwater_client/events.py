@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import AppendContext, map_error
 from .executor import Executor, Params, Row, run
+from .trace import with_trace_context
 
 Token = str
 """A position token: a transaction id (xid8) in decimal digits, e.g. ``"7421"``. It covers every
@@ -30,7 +31,9 @@ class NewEvent:
     payload: Any
     """Any JSON-serialisable value; checked by the server against the type's JSON Schema."""
     metadata: Mapping[str, Any] | None = None
-    """A JSON object; the server adds ``correlation_id`` (and ``causation_id`` in a SQL sink)."""
+    """A JSON object; the server adds ``correlation_id`` (and ``causation_id`` in a SQL sink).
+    Inside an OpenTelemetry span, the span's ``traceparent``/``tracestate`` are added unless it has
+    its own ``traceparent`` (with the ``[opentelemetry]`` extra installed)."""
     tenant_id: str | None = None
     """None (the default) is the system tenant, or the ``highwater.tenant_id`` setting."""
     expected_version: int | None = None
@@ -63,13 +66,15 @@ TOKEN = "SELECT CAST(highwater.token() AS text)"
 
 
 def params(e: NewEvent) -> Params:
+    # Inside an OpenTelemetry span: its trace context goes with the event (trace.py).
+    metadata = with_trace_context(e.metadata)
     return {
         "stream_type": e.stream_type,
         "stream_id": e.stream_id,
         "event_type": e.type,
         # None stays NULL so that the server refuses it (HW002) as for any writer.
         "payload": None if e.payload is None else json.dumps(e.payload),
-        "metadata": None if e.metadata is None else json.dumps(dict(e.metadata)),
+        "metadata": None if metadata is None else json.dumps(dict(metadata)),
         "tenant_id": e.tenant_id,
         "expected_version": e.expected_version,
     }

@@ -5,6 +5,7 @@ marker shipped, append through psycopg, through SQLAlchemy and through SQLAlchem
 events back. Run by test.sh with DATABASE_URL set, outside the source tree."""
 
 import asyncio
+import importlib.util
 import os
 import pathlib
 import uuid
@@ -24,6 +25,10 @@ for name in ("append", "append_position", "token", "wait_applied", "wait_applied
     assert callable(getattr(hw, name)), name
 for name in ("HighwaterError", "UnknownEventType", "InvalidPayload", "VersionConflict", "UnknownConsumer"):
     assert issubclass(getattr(hw, name), Exception), name
+
+# The [opentelemetry] extra is not installed here: the package works without it, adding no trace
+# context.
+assert importlib.util.find_spec("opentelemetry") is None, "opentelemetry is installed in the smoke venv"
 
 url = os.environ["DATABASE_URL"]
 stream_id = f"s-{uuid.uuid4().hex[:8]}"
@@ -54,7 +59,9 @@ async def append_with_async_session() -> hw.Appended:
 apos = asyncio.run(append_with_async_session())
 with psycopg.connect(url) as conn:
     rows = conn.execute(
-        "SELECT id, payload FROM highwater.events WHERE stream_id = %s ORDER BY id", (stream_id,)
+        "SELECT id, payload, metadata ? 'traceparent' FROM highwater.events WHERE stream_id = %s ORDER BY id",
+        (stream_id,),
     ).fetchall()
-assert rows == [(first, {"from": "psycopg"}), (pos.id, {"from": "sqlalchemy"}), (apos.id, {"from": "asyncio"})], rows
+expected = [(first, {"from": "psycopg"}), (pos.id, {"from": "sqlalchemy"}), (apos.id, {"from": "asyncio"})]
+assert rows == [(i, p, False) for i, p in expected], rows
 print(f"package smoke: ok (events {first}, {pos.id} and {apos.id}, token {apos.token})")

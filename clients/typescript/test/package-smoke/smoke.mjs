@@ -4,6 +4,17 @@ import assert from 'node:assert/strict';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import * as hw from '@highwater/client';
+import { lstatSync } from 'node:fs';
+import { createRequire } from 'node:module';
+
+// @opentelemetry/api is an optional peer dependency: this application does not install it, and
+// the package works without it (adding no trace context). Installed as a copy (the tarball), the
+// package cannot find it; linked (the directory route), it resolves its own devDependencies.
+const pkg = 'node_modules/@highwater/client';
+if (!lstatSync(pkg).isSymbolicLink()) {
+  const fromPackage = createRequire(new URL(`${pkg}/package.json`, import.meta.url));
+  assert.throws(() => fromPackage.resolve('@opentelemetry/api'), /Cannot find module/);
+}
 
 for (const name of ['append', 'appendPosition', 'token', 'waitApplied', 'waitAppliedHttp', 'highwaterTokens', 'readYourWrites', 'recordToken']) {
   assert.equal(typeof hw[name], 'function', name);
@@ -29,12 +40,12 @@ try {
     hw.appendPosition(trx, { streamType: 'smoke', streamId, type: 'Pinged', payload: { from: 'kysely' } }),
   );
   const { rows } = await pool.query(
-    'SELECT e.id::text AS id, e.payload FROM highwater.events e WHERE e.stream_id = $1 ORDER BY e.id',
+    'SELECT e.id::text AS id, e.payload, e.metadata ? \'traceparent\' AS traced FROM highwater.events e WHERE e.stream_id = $1 ORDER BY e.id',
     [streamId],
   );
   assert.deepEqual(rows, [
-    { id, payload: { from: 'pg' } },
-    { id: pos.id, payload: { from: 'kysely' } },
+    { id, payload: { from: 'pg' }, traced: false },
+    { id: pos.id, payload: { from: 'kysely' }, traced: false },
   ]);
   await assert.rejects(
     db.transaction().execute((trx) => hw.append(trx, { streamType: 'smoke', streamId, type: 'Nope', payload: {} })),
