@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(ids(&evs, Ok(())), vec![(1, d), (2, d), (3, d)]);
         assert_eq!(ids(&evs, Err(SinkError::at(1, "boom"))), vec![(1, d), (2, Outcome::Failed)]);
         assert_eq!(ids(&evs, Err(SinkError::at(0, "boom"))), vec![(1, Outcome::Failed)]);
-        let deferred = SinkError { index: 2, message: "time".into(), deferred: true };
+        let deferred = SinkError { index: 2, message: "time".into(), deferred: true, backpressure: None };
         assert_eq!(ids(&evs, Err(deferred)), vec![(1, d), (2, d)]);
     }
 
