@@ -160,16 +160,24 @@ fn verdict_of_failure(m: &Member<'_>, failed: Option<Failed>) -> Option<Verdict>
 
 /// A member's settings and its apply call, as statements of the group's simple query (values as
 /// literals, escaped as libpq escapes them, numbers as digits; see batch.rs).
+///
+/// The bound: PostgreSQL arms a statement's timer with `statement_timeout` as it stands when the
+/// statement starts, and does not re-arm it when the setting changes during the statement. So the
+/// settings statement sets the group's bound, which the apply statement's timer takes; the apply
+/// statement then sets the consumer's own timeout back before its batch runs (the lateral call
+/// reads that value, so it runs after), and the consumer's statement sees its own settings.
 fn batch_statements(m: &Member<'_>, bound_ms: u64) -> String {
     let s = m.statement;
     let ids: Vec<String> = m.events.iter().map(|e| e.id.to_string()).collect();
     let tx_ids: Vec<String> = m.events.iter().map(|e| e.position().tx.to_string()).collect();
     format!(
         "{settings};
-         SELECT failed, deferred, message
-           FROM highwater.sql_sink_apply_positions({form}, {statement}, {role}, false,
-                                                   '{{{tx_ids}}}'::xid8[], '{{{ids}}}'::bigint[]);\n",
+         SELECT a.failed, a.deferred, a.message
+           FROM (SELECT set_config('statement_timeout', '{own}', true) AS own) o
+          CROSS JOIN LATERAL highwater.sql_sink_apply_positions({form}, {statement}, {role}, o.own IS NULL,
+                                                   '{{{tx_ids}}}'::xid8[], '{{{ids}}}'::bigint[]) a;\n",
         settings = s.settings_timeout(m.who, s.timeout_ms.min(bound_ms)),
+        own = s.timeout_ms,
         form = escape_literal(s.form.as_str()),
         statement = escape_literal(&s.statement),
         role = s.role.as_deref().map_or_else(|| "NULL".to_owned(), escape_literal),
