@@ -232,6 +232,9 @@ async fn one_consumer_s_failure_is_its_attempt_alone() {
     .await;
     assert_eq!(others, 0, "no other consumer counted an attempt");
     assert!(metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"failed\"}").await >= 1.0);
+    // Every failed attempt counts as a sink error, the group's as the shard's own pass's.
+    let errors = metric(d.http_port, "highwater_sink_errors_total{consumer=\"bad\",sink=\"sql\"}").await;
+    assert_eq!(errors, 3.0, "bad's three failed attempts are sink errors");
     d.terminate(Duration::from_secs(20));
 }
 

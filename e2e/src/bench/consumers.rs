@@ -110,12 +110,12 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64, 
     let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &opts).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     sqlx::query("SELECT pg_stat_statements_reset()").execute(&db.pool).await?;
-    let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu()?);
+    let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu_ns()?);
     let started = Instant::now();
     db.apply(&yaml).await?;
     db.wait_caught_up(&names, last_id, TIMEOUT).await?;
     let took = started.elapsed();
-    let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu()? - dispatcher);
+    let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu_ns()?.saturating_sub(dispatcher));
     // Where the server's time went: the drain's top-level statements (printed, not reported).
     let top: Vec<(i64, f64, String)> = sqlx::query_as(
         "SELECT calls, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)

@@ -72,7 +72,7 @@ async fn run_one(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, lazy: bool)
     }
     let d = DispatcherProc::start(&db.url, &name.replace('_', "-"), &opts).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu()?);
+    let (server, dispatcher) = (server_cpu(&db.pool).await?, d.cpu_ns()?);
     // The dispatcher's connections, sampled while the writers run (the bench's own pool, also
     // named "highwater", taken off).
     let sampling = {
@@ -118,7 +118,7 @@ async fn run_one(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, lazy: bool)
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu()? - dispatcher);
+    let (server, dispatcher) = (server_cpu(&db.pool).await? - server, d.cpu_ns()?.saturating_sub(dispatcher));
     let row = sqlx::query(
         "SELECT count(*) AS n, percentile_disc(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY l) AS p
            FROM (SELECT (extract(epoch FROM s.delivered_at - e.created_at) * 1000)::float8 AS l

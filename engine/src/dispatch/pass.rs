@@ -8,7 +8,7 @@ use highwater_crds::{ConsumerSpec, ErrorMode};
 use highwater_store::pg::{PgConnection, PgPool};
 
 use crate::{
-    metrics::{Metrics, ReadAheadLabels, ShardLabels},
+    metrics::{Metrics, ReadAheadLabels, ShardLabels, SinkLabels},
     sink::{Applied, Backpressure, DeliveryContext, ExternalSink, Sink, SinkError, TransactionalSink},
 };
 use highwater_store::{
@@ -64,6 +64,13 @@ impl ShardCtx {
 
     fn handler_took(&self, started: Instant) {
         self.metrics.handler_duration.get_or_create(&self.labels()).observe(started.elapsed().as_secs_f64());
+    }
+
+    /// A batch the group pass applied failed in the sink: counted as the sink's own wrapper
+    /// (`sink::measured`) counts a failure of the shard's own pass.
+    fn sink_failed(&self) {
+        let labels = SinkLabels { consumer: self.consumer.clone(), sink: self.sink.kind().to_owned() };
+        self.metrics.sink_errors.get_or_create(&labels).inc();
     }
 
     fn failed(&self, f: &Failure, events: &[highwater_store::Event]) {
@@ -307,11 +314,15 @@ pub async fn group_failed(ctx: &ShardCtx, seen: &GroupFailure) -> Result<Outcome
                         }
                         highwater_store::sql_sink::Applied::Refused => return finish(lock, Ok(Outcome::Changed)).await,
                         highwater_store::sql_sink::Applied::Failed(f) => {
+                            ctx.sink_failed();
                             SinkError { index: f.index, message: f.message, deferred: f.deferred, backpressure: None }
                         }
                     }
                 }
-                (Ok(()), _) => seen.error.clone(),
+                (Ok(()), _) => {
+                    ctx.sink_failed();
+                    seen.error.clone()
+                }
             };
             ctx.handler_took(started);
             failed_batch(ctx, &**sink, conn, b, err).await
