@@ -109,6 +109,14 @@ fn every_scenario_and_peer_prints_its_figures_at_tiny_size() {
         assert!(figure("12 consumers", subject, "server CPU µs/delivery") > 0.0, "{subject}");
         assert!(figure("12 consumers", subject, "dispatcher CPU µs/delivery") > 0.0, "{subject}");
     }
+    // Filters: the filtered consumer delivers 1 % of what the unfiltered one does, and the
+    // database's CPU per event read is a figure for both.
+    let all = figure("14 filter", "unfiltered", "events delivered");
+    let some = figure("14 filter", "filter selecting 1 %", "events delivered");
+    assert!(all >= 1000.0 && some > 0.0 && some * 100.0 <= all, "{all} and {some} delivered:\n{md}");
+    for subject in ["unfiltered", "filter selecting 1 %"] {
+        assert!(figure("14 filter", subject, "server CPU µs/event read") > 0.0, "{subject}");
+    }
     // The steady run: writers at 200/s; 20 consumers with the lazy cursor and with every cursor
     // following the head. Only the lazy one skips passes.
     for subject in [
@@ -160,4 +168,37 @@ fn relay_scenario_with_the_debezium_peer_at_tiny_size() {
         assert!(p50 <= figure(subject, "commit-to-Kafka max"), "{subject}:\n{md}");
     }
     assert!(figure("highwater ÷ Debezium", "events/s to Kafka") > 0.0, "{md}");
+}
+
+/// Scenario 13 (not part of `all`: it runs the cached Jaeger of e2e/trace-backend/build.sh, which
+/// `.ci/run` builds before the tests): every mode's figures are printed; at 100 % every event's
+/// span reached Jaeger, at 1 % only some did, and none was dropped.
+#[test]
+fn tracing_scenario_at_tiny_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("table.md");
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["tracing", "--size", "tiny", "--peers", "none", "--markdown"])
+        .arg(&table)
+        .output()
+        .expect("run the bench binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench tracing --size tiny failed:\n{stderr}");
+    let md = std::fs::read_to_string(&table).unwrap();
+    let rows = rows(&md);
+    let figure = |subject: &str, metric: &str| -> f64 {
+        let r = rows
+            .iter()
+            .find(|r| r[0] == "13 tracing" && r[1] == subject && r[2].starts_with(metric))
+            .unwrap_or_else(|| panic!("no row {subject} / {metric} in:\n{md}"));
+        number(&r[3])
+    };
+    for subject in ["tracing off", "sampled at 1 %", "sampled at 100 %"] {
+        assert!(figure(subject, "dispatcher CPU µs/event") > 0.0, "{subject}:\n{md}");
+        assert!(figure(subject, "events/s") > 0.0, "{subject}:\n{md}");
+    }
+    let all = figure("sampled at 100 %", "spans exported per drain");
+    let some = figure("sampled at 1 %", "spans exported per drain");
+    assert!(all >= 1000.0 && some < all / 10.0, "{all} and {some} spans exported:\n{md}");
+    assert_eq!(figure("sampled at 100 %", "spans dropped per drain"), 0.0, "{md}");
 }

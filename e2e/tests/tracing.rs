@@ -274,6 +274,7 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
             "30s",
         ])
         .env("DATABASE_URL", &db.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_endpoint())
         .output()
         .await
         .unwrap();
@@ -303,4 +304,35 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
         assert_eq!(event_id(s), Some(id), "{s}");
     }
     assert_ne!(spans[0]["spanID"], spans[1]["spanID"]);
+
+    // The redrive itself is a span of the CLI (a root: an operation is in no event's trace), with
+    // who asked, why, what and what came of it; so is a retention run.
+    let run = highwater_e2e::wait_for("the redrive run's span", Duration::from_secs(30), || async {
+        anyhow::Ok(jaeger.spans("highwater-cli", "highwater redrive").await?.into_iter().next())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    assert_eq!(parent(&run), None, "{run}");
+    assert_eq!(tag(&run, "highwater.operation"), Some(&json!("redrive")), "{run}");
+    assert_eq!(tag(&run, "highwater.operation.reason"), Some(&json!("receiver fixed")), "{run}");
+    let request = tag(&run, "highwater.operation.request").and_then(Value::as_str).unwrap_or("");
+    assert!(request.contains("hook") && request.contains(&id.to_string()), "{run}");
+    let outcome = tag(&run, "highwater.operation.outcome").and_then(Value::as_str).unwrap_or("");
+    assert!(outcome.contains(&id.to_string()), "the plan names the redriven event: {run}");
+    let out = tokio::process::Command::new(highwater_e2e::chaos::fleet::highwater_bin().unwrap())
+        .args(["events", "prune", "--older-than", "30", "--all-stream-types", "--dry-run"])
+        .env("DATABASE_URL", &db.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_endpoint())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "prune: {}", String::from_utf8_lossy(&out.stderr));
+    let run = highwater_e2e::wait_for("the retention run's span", Duration::from_secs(30), || async {
+        anyhow::Ok(jaeger.spans("highwater-cli", "highwater retention").await?.into_iter().next())
+    })
+    .await
+    .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let outcome = tag(&run, "highwater.operation.outcome").and_then(Value::as_str).unwrap_or("");
+    assert_eq!(outcome.trim(), printed.trim(), "the span holds what the run printed: {run}");
 }

@@ -16,6 +16,7 @@ mod operation;
 mod rebuild;
 mod redrive;
 mod replay;
+pub mod span;
 mod tokens;
 mod transition;
 

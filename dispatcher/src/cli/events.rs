@@ -143,7 +143,10 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
                 batch_size,
                 dry_run,
             };
-            println!("{}", retention::prune(pool, &o).await?);
+            let run = highwater_ops::span::start("retention", &super::consumer::os_user(), None, format!("{o:?}"));
+            let res = retention::prune(pool, &o).await;
+            run.end(&res, ToString::to_string);
+            println!("{}", res?);
         }
         EventsCmd::Partitions { create } => {
             if create {
@@ -155,7 +158,11 @@ pub async fn run(pool: &sqlx::PgPool, c: EventsCmd) -> Result<()> {
         }
         EventsCmd::DropPartitions { older_than, dry_run } => {
             let o = partitions::DropOptions { older_than_days: older_than, dry_run };
-            println!("{}", partitions::drop_old(pool, &o).await?);
+            let run =
+                highwater_ops::span::start("drop_partitions", &super::consumer::os_user(), None, format!("{o:?}"));
+            let res = partitions::drop_old(pool, &o).await;
+            run.end(&res, ToString::to_string);
+            println!("{}", res?);
         }
     }
     Ok(())

@@ -240,7 +240,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 std::sync::Arc::new(crate::sink::TargetPolicy::new(&a.webhook_allow, a.webhook_block_private)?);
             // Traces (docs/observability.md, "Tracing"): off unless OTEL_* asks for them.
             let traces = crate::trace::config::from_env(|k| std::env::var(k).ok())?;
-            let traces = crate::trace::init(traces, &instance_id, &a.group)?;
+            let traces = crate::trace::init(traces, "highwater-dispatcher", &instance_id, &a.group)?;
             let res = dispatch::run(pool, cfg, shutdown).await;
             if let Some(t) = traces {
                 t.shutdown(std::time::Duration::from_secs(5)).await;
@@ -251,13 +251,19 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            consumer::run(&pool, c).await?;
+            let traces = cli_traces()?;
+            let res = consumer::run(&pool, c).await;
+            end_traces(traces).await;
+            res?;
         }
         Command::Events(c) => {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            events::run(&pool, c).await?;
+            let traces = cli_traces()?;
+            let res = events::run(&pool, c).await;
+            end_traces(traces).await;
+            res?;
         }
         Command::EventTypes(c) => {
             let url = require_url(&g)?;
@@ -276,4 +282,18 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The CLI's traces: the span of each operation run (`highwater_ops::span`), exported as service
+/// `highwater-cli` when the `OTEL_*` variables ask for it, as the dispatcher's are.
+fn cli_traces() -> Result<Option<crate::trace::Tracing>> {
+    let cfg = crate::trace::config::from_env(|k| std::env::var(k).ok())?;
+    crate::trace::init(cfg, "highwater-cli", &format!("cli:{}", consumer::os_user()), "")
+}
+
+/// Exports what the command traced, within 2 s (an unreachable backend does not hold it longer).
+async fn end_traces(traces: Option<crate::trace::Tracing>) {
+    if let Some(t) = traces {
+        t.shutdown(std::time::Duration::from_secs(2)).await;
+    }
 }

@@ -27,6 +27,8 @@ pub struct DispatcherOpts {
     pub lazy_cursor_interval: Option<Duration>,
     /// `--per-consumer-pass`: every consumer its own passes (the shape before the group pass).
     pub per_consumer_pass: bool,
+    /// More environment for the process (`OTEL_*` in the tracing scenario).
+    pub env: Vec<(String, String)>,
 }
 
 impl DispatcherOpts {
@@ -38,6 +40,7 @@ impl DispatcherOpts {
             busy_poll_interval: Duration::from_millis(5),
             lazy_cursor_interval: None,
             per_consumer_pass: false,
+            env: Vec::new(),
         }
     }
 }
@@ -64,6 +67,7 @@ impl DispatcherProc {
             .args(["--listen", &format!("127.0.0.1:{http_port}"), "--shutdown-grace", "2s"])
             .env("DATABASE_URL", url)
             .env("HIGHWATER_LOG", "warn,sqlx=error")
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

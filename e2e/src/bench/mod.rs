@@ -15,6 +15,7 @@ pub mod db;
 pub mod debezium;
 pub mod dispatcher;
 pub mod drain;
+pub mod filter;
 pub mod fleet;
 pub mod go_peers;
 pub mod idle;
@@ -30,6 +31,7 @@ pub mod server_cpu;
 pub mod sizes;
 pub mod storage;
 pub mod topics;
+pub mod tracing;
 pub mod wait;
 pub mod watermill;
 

@@ -9,8 +9,8 @@ use std::{io::Write, path::PathBuf, time::Instant};
 use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use highwater_e2e::bench::{
-    BenchDb, Peers, Report, Sizes, append, consumers, consumers_steady, drain, fleet, idle, latency, memory, operator,
-    relay, scaleout, storage, wait,
+    BenchDb, Peers, Report, Sizes, append, consumers, consumers_steady, drain, filter, fleet, idle, latency, memory,
+    operator, relay, scaleout, storage, tracing, wait,
 };
 
 #[derive(Parser, Debug)]
@@ -68,10 +68,16 @@ enum Scenario {
     Consumers,
     /// 12's steady run alone.
     ConsumersSteady,
+    /// 13: tracing overhead: dispatcher CPU per event with tracing off, sampled at 1 % and at
+    /// 100 %, exporting to a real Jaeger (e2e/trace-backend/build.sh; not part of `all`).
+    Tracing,
+    /// 14: a filter selecting 1 % of the events: database CPU per event read against an
+    /// unfiltered consumer's per event delivered.
+    Filter,
     /// 1, 2 and 3 in one run: the drain (with its SQL projections), the latency and the append,
     /// the figures the projections issue's goals are stated in (docs/benchmarks.md).
     Projections,
-    /// Every scenario above but relay, in one run.
+    /// Every scenario above but relay and tracing, in one run.
     All,
 }
 
@@ -182,6 +188,12 @@ async fn run(args: Args) -> Result<Report> {
     }
     if matches!(s, Consumers | ConsumersSteady | All) {
         consumers_steady::run(&bench, &sizes, &mut report).await?;
+    }
+    if matches!(s, Filter | All) {
+        filter::run(&bench, &sizes, &mut report).await?;
+    }
+    if s == Tracing {
+        tracing::run(&bench, &sizes, &mut report).await?;
     }
     if s == Relay {
         relay::run(&bench, &sizes, peers, &mut report).await?;

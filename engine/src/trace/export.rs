@@ -21,9 +21,10 @@ pub struct Tracing {
     provider: SdkTracerProvider,
 }
 
-/// Starts exporting when `cfg` says so (see [`super::config::from_env`]); the dispatcher's
-/// `instance` and `group` go into the resource. Call once per process.
-pub fn init(cfg: Option<Config>, instance: &str, group: &str) -> Result<Option<Tracing>> {
+/// Starts exporting when `cfg` says so (see [`super::config::from_env`]) as `service` unless
+/// `OTEL_SERVICE_NAME` names it; `instance` and `group` go into the resource. Call once per
+/// process.
+pub fn init(cfg: Option<Config>, service: &str, instance: &str, group: &str) -> Result<Option<Tracing>> {
     let Some(cfg) = cfg else { return Ok(None) };
     let exporter = opentelemetry_otlp::SpanExporter::builder().with_http().build().map_err(|e| {
         Error::config(format!("OTEL_EXPORTER_OTLP_ENDPOINT: cannot build the OTLP exporter: {e}"))
@@ -35,7 +36,7 @@ pub fn init(cfg: Option<Config>, instance: &str, group: &str) -> Result<Option<T
         KeyValue::new("highwater.group", group.to_owned()),
     ]);
     if !cfg.service_named {
-        resource = resource.with_service_name("highwater-dispatcher");
+        resource = resource.with_service_name(service.to_owned());
     }
     let provider = SdkTracerProvider::builder()
         .with_span_processor(BatchSpanProcessor::builder(Counted(exporter)).build())
@@ -48,6 +49,8 @@ pub fn init(cfg: Option<Config>, instance: &str, group: &str) -> Result<Option<T
     if TRACER.set(tracer).is_err() {
         return Err(Error::config("tracing is already started in this process"));
     }
+    // The operations' run spans (`highwater_ops::span`) take the global tracer.
+    opentelemetry::global::set_tracer_provider(provider.clone());
     tracing::info!("exporting traces over OTLP (OTEL_* environment variables)");
     Ok(Some(Tracing { provider }))
 }

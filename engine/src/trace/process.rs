@@ -83,6 +83,16 @@ pub fn delivered(
         }
         // An invalid or absent traceparent extracts to no span: the span starts a trace.
         let parent_cx = propagator.extract_with_context(&Context::new(), &carrier);
+        let mut span = tracer
+            .span_builder(format!("process {}", ctx.consumer))
+            .with_kind(SpanKind::Consumer)
+            .with_start_time(started)
+            .start_with_context(tracer, &parent_cx);
+        // The sampler decided (it reads the parent and the trace id, not the attributes): an
+        // unsampled span records nothing, so its attributes are not even built.
+        if !span.is_recording() {
+            continue;
+        }
         let waited = started.duration_since(SystemTime::from(ev.created_at)).unwrap_or_default();
         let attempt = if i == 0 { ctx.attempt } else { 1 };
         let mut attributes = vec![
@@ -107,12 +117,7 @@ pub fn delivered(
         if let Some(c) = correlation {
             attributes.push(KeyValue::new("messaging.message.conversation_id", c));
         }
-        let mut span = tracer
-            .span_builder(format!("process {}", ctx.consumer))
-            .with_kind(SpanKind::Consumer)
-            .with_start_time(started)
-            .with_attributes(attributes)
-            .start_with_context(tracer, &parent_cx);
+        span.set_attributes(attributes);
         if outcome == Outcome::Failed {
             let message = result.as_ref().err().map(|e| e.message.clone()).unwrap_or_default();
             span.set_attribute(KeyValue::new("error.type", "delivery_failed"));
