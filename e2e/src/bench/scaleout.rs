@@ -116,7 +116,7 @@ async fn wait_every_shard_past_the_end(db: &ScenarioDb, timeout: Duration) -> Re
 
 /// A local HTTP endpoint that answers every request after `delay`; returns its URL and the
 /// number of requests served.
-async fn slow_endpoint(delay: Duration) -> Result<(String, Arc<AtomicU64>)> {
+pub(super) async fn slow_endpoint(delay: Duration) -> Result<(String, Arc<AtomicU64>)> {
     let served = Arc::new(AtomicU64::new(0));
     let count = served.clone();
     let app = axum::Router::new().fallback(move || {
