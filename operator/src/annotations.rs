@@ -1,8 +1,7 @@
 //! Operations requested with annotations. Each new value acts once: the value handled last is
 //! recorded in the status.
-use highwater::ops;
 use highwater_crds::{EventConsumer, EventConsumerStatus};
-use highwater_ops::{Audit, Confirm, Redrive, redrive_rows::Selection};
+use highwater_ops::{Audit, Change, Confirm, Rebuild, Redrive, ShardChange, redrive_rows::Selection};
 use kube::ResourceExt;
 
 use crate::{
@@ -48,14 +47,13 @@ pub async fn handle(
     };
     let ann = ec.annotations();
     if let Some(v) = ann.get(RESTART).filter(|v| out.restart.as_ref() != Some(*v)) {
-        match ops::restart(&ctx.pool, consumer, None).await {
-            Ok(t) => {
-                let shards: Vec<&str> = t.iter().map(|t| t.instance_id.as_str()).collect();
-                events::on(ctx, ec, Reason::Restarted, format!("restarted dead shard(s) {}", shards.join(", "))).await;
-            }
-            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RestartRefused, m.to_string()).await,
-            Err(e) => return Err(e.into()),
-        }
+        let op = ShardChange { consumer: consumer.to_owned(), instance: None, change: Change::Restart };
+        let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, RESTART, v), Confirm::Given).await;
+        events::of_operation(ctx, ec, done, Reason::RestartRefused, |t| {
+            let shards: Vec<&str> = t.iter().map(|t| t.instance_id.as_str()).collect();
+            (Reason::Restarted, format!("restarted dead shard(s) {}", shards.join(", ")))
+        })
+        .await?;
         out.restart = Some(v.clone());
     }
     if let Some(v) = ann.get(SKIP).filter(|v| out.skip.as_ref() != Some(*v)) {
@@ -63,29 +61,23 @@ pub async fn handle(
             Err(_) => {
                 events::on(ctx, ec, Reason::SkipInvalid, format!("{SKIP}: {v:?} is not an event id")).await;
             }
-            Ok(id) => match ops::skip(&ctx.pool, consumer, None, Some(id)).await {
-                Ok(t) => {
+            Ok(id) => {
+                let change = Change::Skip { event: Some(id) };
+                let op = ShardChange { consumer: consumer.to_owned(), instance: None, change };
+                let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, SKIP, v), Confirm::Given).await;
+                events::of_operation(ctx, ec, done, Reason::SkipMismatch, |t| {
                     let shards: Vec<&str> = t.iter().map(|t| t.instance_id.as_str()).collect();
-                    events::on(
-                        ctx,
-                        ec,
-                        Reason::Skipped,
-                        format!("skipped event {id} on shard(s) {}", shards.join(", ")),
-                    )
-                    .await;
-                }
-                Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::SkipMismatch, m.to_string()).await,
-                Err(e) => return Err(e.into()),
-            },
+                    (Reason::Skipped, format!("skipped event {id} on shard(s) {}", shards.join(", ")))
+                })
+                .await?;
+            }
         }
         out.skip = Some(v.clone());
     }
     if let Some(v) = ann.get(REBUILD).filter(|v| out.rebuild.as_ref() != Some(*v)) {
-        match ops::rebuild(&ctx.pool, consumer).await {
-            Ok(r) => events::on(ctx, ec, Reason::Rebuilt, r.to_string()).await,
-            Err(highwater::Error::Refused(m)) => events::on(ctx, ec, Reason::RebuildRefused, m.to_string()).await,
-            Err(e) => return Err(e.into()),
-        }
+        let op = Rebuild { consumer: consumer.to_owned() };
+        let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, REBUILD, v), Confirm::Given).await;
+        events::of_operation(ctx, ec, done, Reason::RebuildRefused, |r| (Reason::Rebuilt, r.to_string())).await?;
         out.rebuild = Some(v.clone());
     }
     if let Some(v) = ann.get(REDRIVE).filter(|v| out.redrive.as_ref() != Some(*v)) {
@@ -123,6 +115,12 @@ pub fn annotated_by(ec: &EventConsumer, key: &str) -> String {
     format!("kubernetes:{}", manager.as_deref().unwrap_or("unknown field manager"))
 }
 
+/// Who asked for the operation of annotation `key` (its field manager) and why (the annotation).
+pub(crate) fn audit(ec: &EventConsumer, key: &str, value: &str) -> Audit {
+    let ns = ec.namespace().unwrap_or_default();
+    Audit { by: annotated_by(ec, key), reason: Some(format!("annotation {key}={value} on {ns}/{}", ec.name_any())) }
+}
+
 async fn redrive(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str) -> Result<()> {
     let Some(event) = redrive_target(value) else {
         let m = format!("{REDRIVE}: {value:?} is neither an event id nor all (fix: e.g. {REDRIVE}=4711 or all)");
@@ -130,13 +128,8 @@ async fn redrive(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str)
         return Ok(());
     };
     let selection = Selection { consumer: consumer.to_owned(), event, all: event.is_none(), ..Default::default() };
-    let ns = ec.namespace().unwrap_or_default();
-    let audit = Audit {
-        by: annotated_by(ec, REDRIVE),
-        reason: Some(format!("annotation {REDRIVE}={value} on {ns}/{}", ec.name_any())),
-    };
     let op = Redrive { selection, rate: None };
-    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, REDRIVE, value), Confirm::Given).await;
     events::of_operation(ctx, ec, done, Reason::RedriveRefused, |plan| {
         let ids: Vec<String> = plan.selected.iter().take(20).map(|s| s.event_id.to_string()).collect();
         let more = if plan.selected.len() > 20 { ", …" } else { "" };

@@ -4,12 +4,11 @@
 //! Each new value acts once (`crate::annotations` records it in the status); a refusal is a
 //! Warning Event with the refusal's message and nothing changed.
 use highwater_crds::EventConsumer;
-use highwater_ops::{Audit, Confirm, Discard, Replay, replay_rows::parse_stream};
-use kube::ResourceExt;
+use highwater_ops::{Confirm, Discard, Replay, replay_rows::parse_stream};
 
 use crate::{
     Result,
-    annotations::annotated_by,
+    annotations::audit,
     context::Context,
     events::{self, Reason},
 };
@@ -38,10 +37,6 @@ fn replay_target(value: &str) -> Option<(String, Option<i64>)> {
     Some((stream.to_owned(), since))
 }
 
-fn reason(ec: &EventConsumer, key: &str, value: &str) -> String {
-    format!("annotation {key}={value} on {}/{}", ec.namespace().unwrap_or_default(), ec.name_any())
-}
-
 pub async fn discard(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &str) -> Result<()> {
     let Some(event) = discard_target(value) else {
         let m = format!("{DISCARD}: {value:?} is not an event id (fix: e.g. {DISCARD}=4711)");
@@ -49,8 +44,7 @@ pub async fn discard(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &
         return Ok(());
     };
     let op = Discard { consumer: consumer.to_owned(), event, instance: None };
-    let audit = Audit { by: annotated_by(ec, DISCARD), reason: Some(reason(ec, DISCARD, value)) };
-    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, DISCARD, value), Confirm::Given).await;
     events::of_operation(ctx, ec, done, Reason::DiscardRefused, |d| {
         let released = if d.released.is_empty() {
             "no event was parked behind it".to_owned()
@@ -77,8 +71,7 @@ pub async fn replay(ctx: &Context, ec: &EventConsumer, consumer: &str, value: &s
         return Ok(());
     };
     let op = Replay { consumer: consumer.to_owned(), stream, since };
-    let audit = Audit { by: annotated_by(ec, REPLAY), reason: Some(reason(ec, REPLAY, value)) };
-    let done = highwater_ops::execute(&op, &ctx.pool, &audit, Confirm::Given).await;
+    let done = highwater_ops::execute(&op, &ctx.pool, &audit(ec, REPLAY, value), Confirm::Given).await;
     events::of_operation(ctx, ec, done, Reason::ReplayRefused, |plan| {
         let left = if plan.left_out.is_empty() {
             String::new()
