@@ -99,3 +99,73 @@ async fn three_dispatchers_share_one_rate_limit() {
     assert!(waited > 1.0, "the dispatchers waited for tokens: {waited} s in total");
     println!("rate {rate:.1}/s over 8 s with 3 dispatchers (limit {rate_limit}); waited {waited:.1} s in total");
 }
+
+/// A receiver that refuses while `failing` is set and records the arrival of what it accepts.
+#[derive(Clone, Default)]
+struct Flaky {
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    accepted: Arc<Mutex<Vec<Instant>>>,
+}
+
+async fn flaky(State(f): State<Flaky>) -> StatusCode {
+    if f.failing.load(std::sync::atomic::Ordering::SeqCst) {
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    f.accepted.lock().unwrap().push(Instant::now());
+    StatusCode::OK
+}
+
+/// A redrive's deliveries take the consumer's tokens as live ones do: ten dead letters of a
+/// consumer limited to 5 a second (burst 1) arrive over at least 1.5 s, not at once, and all of
+/// them arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_keeps_to_the_rate_limit() {
+    let db = shared(&["Tick"]).await;
+    let receiver = Flaky::default();
+    receiver.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let app = Router::new().route("/hook", post(flaky)).with_state(receiver.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    apply(
+        &db.pool,
+        &consumer(
+            "paced",
+            &format!(
+                "delivery: Shared\nmaxAttempts: 1\nerrorMode: skip\nrateLimit: {{perSecond: 5, burst: 1}}\n\
+                 sink: {{webhook: {{url: '{url}'}}}}"
+            ),
+        ),
+    )
+    .await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..10 {
+        append(&mut tx, &NewEvent::new("tick", &format!("s{i}"), "Tick", json!({"i": i}))).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let pool = &db.pool;
+    eventually("ten dead letters", Duration::from_secs(30), || async move {
+        scalar_i64(pool, "SELECT count(*) FROM highwater.dead_letters WHERE consumer = 'paced'").await == 10
+    })
+    .await;
+
+    receiver.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let out = std::process::Command::new(bin())
+        .args(["consumer", "redrive", "paced", "--all", "--yes", "--reason", "receiver back", "--wait", "30s"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redrive: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = receiver.accepted.lock().unwrap().clone();
+    assert_eq!(at.len(), 10, "every redriven dead letter arrived once");
+    let spread = at[9] - at[0];
+    assert!(spread >= Duration::from_millis(1500), "ten redriven events at 5/s arrived within {spread:?}");
+    drop(d);
+}

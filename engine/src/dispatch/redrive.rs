@@ -14,11 +14,15 @@
 //! - A failure (the sink's error, or an event pruned since the request) makes a redriven dead
 //!   letter a dead letter again with the new error and one more attempt; a replay row records
 //!   the error, and the request's later rows of the shard are not delivered (stream order).
+//! - An external sink's deliveries take tokens from the consumer's `rateLimit` as live ones do.
 use std::time::Duration;
 
 use highwater_store::pg::PgConnection;
 
-use super::pass::{Claim, ShardCtx};
+use super::{
+    flow::{Allowed, rate_limited},
+    pass::{Claim, ShardCtx},
+};
 use crate::sink::{DeliveryContext, ExternalSink, Sink, TransactionalSink};
 use highwater_store::{
     Result,
@@ -88,6 +92,9 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
     // A replay row whose delivery failed ends its request on this shard (the later rows are
     // marked failed with it): they are skipped here.
     let mut failed_requests: Vec<i64> = Vec::new();
+    // The consumer's `rateLimit` holds for these deliveries too (a partner API's limit does not
+    // know why an event comes): out of tokens, the run ends and the rest wait, still pending.
+    let mut throttled = None;
     for job in &jobs {
         if let Job::Replay(r) = job
             && failed_requests.contains(&r.request_id)
@@ -102,7 +109,13 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
             )),
             Some(event) => match &ctx.sink {
                 Sink::Transactional(sink) => transactional(ctx, &**sink, claim, job, event).await?,
-                Sink::External(sink) => external(ctx, &**sink, claim.lock.conn(), job, event).await?,
+                Sink::External(sink) => {
+                    if let Allowed::None(wait) = rate_limited(ctx, claim.lock.conn(), 1).await? {
+                        throttled = Some(wait);
+                        break;
+                    }
+                    external(ctx, &**sink, claim.lock.conn(), job, event).await?
+                }
             },
         };
         let conn = claim.lock.conn();
@@ -129,7 +142,11 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
         }
     }
     // A redriven dead letter may have requested the ones parked behind it: look again at once.
-    let next = if delivered > 0 { Some(Duration::ZERO) } else { next };
+    let next = match throttled {
+        Some(wait) => Some(wait),
+        None if delivered > 0 => Some(Duration::ZERO),
+        None => next,
+    };
     Ok(Redriven::Done { delivered, failed, next })
 }
 
