@@ -86,20 +86,23 @@ impl ScenarioDb {
 
     /// [`fill`](Self::fill) without the VACUUM: `n` more events; returns the highest id.
     pub async fn fill_more(&self, n: i64) -> Result<i64> {
+        self.fill_more_with(n, "'{}'::jsonb").await
+    }
+
+    /// [`fill_more`](Self::fill_more) with more metadata: `extra`, a `jsonb` expression over the
+    /// event's number `g`, joins the correlation id.
+    pub async fn fill_more_with(&self, n: i64, extra: &'static str) -> Result<i64> {
+        let insert = format!(
+            "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
+             SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced',
+                    jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR'),
+                    jsonb_build_object('correlation_id', gen_random_uuid()::text) || {extra}
+               FROM generate_series($1::bigint, $2::bigint) g"
+        );
         let mut from = 1;
         while from <= n {
             let to = (from + 9_999).min(n);
-            sqlx::query(
-                "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
-                 SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced',
-                        jsonb_build_object('order_id', g, 'amount', 42, 'currency', 'EUR'),
-                        jsonb_build_object('correlation_id', gen_random_uuid()::text)
-                   FROM generate_series($1::bigint, $2::bigint) g",
-            )
-            .bind(from)
-            .bind(to)
-            .execute(&self.pool)
-            .await?;
+            sqlx::query(sqlx::AssertSqlSafe(insert.as_str())).bind(from).bind(to).execute(&self.pool).await?;
             from = to + 1;
         }
         Ok(sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM highwater.events").fetch_one(&self.pool).await?)

@@ -99,22 +99,9 @@ pub async fn run(bench: &BenchDb, sizes: &Sizes, report: &mut Report) -> Result<
 
 /// `events` events, each with a sampled writer's `traceparent`; the highest id.
 async fn fill(db: &ScenarioDb, events: i64) -> Result<i64> {
-    let mut from = 1;
-    while from <= events {
-        let to = (from + 9_999).min(events);
-        sqlx::query(
-            "INSERT INTO highwater.events (stream_type, stream_id, event_type, payload, metadata)
-             SELECT 'order', 'o-' || (g % 1000), 'OrderPlaced', jsonb_build_object('order_id', g, 'amount', 42),
-                    jsonb_build_object('correlation_id', gen_random_uuid()::text,
-                                       'traceparent', '00-' || md5(g::text) || '-' || left(md5('w' || g), 16) || '-01')
-               FROM generate_series($1::bigint, $2::bigint) g",
-        )
-        .bind(from)
-        .bind(to)
-        .execute(&db.pool)
-        .await?;
-        from = to + 1;
-    }
+    let traceparent =
+        "jsonb_build_object('traceparent', '00-' || md5(g::text) || '-' || left(md5('w' || g), 16) || '-01')";
+    db.fill_more_with(events, traceparent).await?;
     sqlx::query("VACUUM ANALYZE highwater.events").execute(&db.pool).await?;
     Ok(sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(&db.pool).await?)
 }
