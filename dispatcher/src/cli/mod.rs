@@ -272,7 +272,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             event_types_cli::run(&pool, c).await?;
         }
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
-        Command::Console(a) => console::run(&require_url(&g)?, &a).await?,
+        Command::Console(a) => {
+            // The operations it runs are spans of service `highwater-console` (OTEL_* as above).
+            let traces = traces_as("highwater-console")?;
+            let res = console::run(&require_url(&g)?, &a).await;
+            end_traces(traces).await;
+            res?;
+        }
         Command::Roles(a) => roles::run(&a, g.database_url.as_deref())?,
         Command::Doctor(a) => {
             let code = doctor::run(&require_url(&g)?, &a).await;
@@ -287,8 +293,12 @@ pub async fn run(cli: Cli) -> Result<()> {
 /// The CLI's traces: the span of each operation run (`highwater_ops::span`), exported as service
 /// `highwater-cli` when the `OTEL_*` variables ask for it, as the dispatcher's are.
 fn cli_traces() -> Result<Option<crate::trace::Tracing>> {
+    traces_as("highwater-cli")
+}
+
+fn traces_as(service: &str) -> Result<Option<crate::trace::Tracing>> {
     let cfg = crate::trace::config::from_env(|k| std::env::var(k).ok())?;
-    crate::trace::init(cfg, "highwater-cli", &format!("cli:{}", consumer::os_user()), "")
+    crate::trace::init(cfg, service, &format!("{service}:{}", consumer::os_user()), "")
 }
 
 /// Exports what the command traced, within 2 s (an unreachable backend does not hold it longer).
