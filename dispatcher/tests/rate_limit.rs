@@ -18,6 +18,14 @@ async fn record(State(at): State<Arc<Mutex<Vec<Instant>>>>) -> StatusCode {
     StatusCode::OK
 }
 
+/// Serves `app` on a free loopback port; the URL of its `/hook`.
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
 /// `highwater_consumer_partitions_owned{consumer}` of one dispatcher, from its /metrics.
 async fn owned(d: &Dispatcher, consumer: &str) -> Option<i64> {
     let body = reqwest::get(format!("http://127.0.0.1:{}/metrics", d.http_port)).await.ok()?.text().await.ok()?;
@@ -34,10 +42,7 @@ async fn three_dispatchers_share_one_rate_limit() {
     let burst = (*rate_limit / 4.0).ceil().max(5.0) as u32;
     let db = shared(&["Tick"]).await;
     let arrivals = Arc::new(Mutex::new(Vec::new()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let app = Router::new().route("/hook", post(record)).with_state(arrivals.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = serve(Router::new().route("/hook", post(record)).with_state(arrivals.clone())).await;
     apply(
         &db.pool,
         &consumer(
@@ -123,10 +128,7 @@ async fn a_redrive_keeps_to_the_rate_limit() {
     let db = shared(&["Tick"]).await;
     let receiver = Flaky::default();
     receiver.failing.store(true, std::sync::atomic::Ordering::SeqCst);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let app = Router::new().route("/hook", post(flaky)).with_state(receiver.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let url = serve(Router::new().route("/hook", post(flaky)).with_state(receiver.clone())).await;
     apply(
         &db.pool,
         &consumer(

@@ -179,3 +179,23 @@ async fn a_sql_sink_reads_the_trace_and_its_appends_keep_it() {
     assert_eq!(derived[1].1["tracestate"], "congo=1", "{derived:?}");
     assert_eq!(derived[2].1.get("traceparent"), None, "{derived:?}");
 }
+
+/// A shell's `OTEL_*` meant for other tools (gRPC, which the dispatcher refuses at start) costs a
+/// CLI command its spans, with a warning naming why, never the command itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_warns_about_otel_settings_it_cannot_use_and_runs() {
+    let db = shared(&["OrderPlaced"]).await;
+    let out = Command::new(bin())
+        .args(["consumer", "list"])
+        .env("DATABASE_URL", &db.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "consumer list failed:\n{stderr}");
+    assert!(
+        stderr.contains("traces: not exported by this command") && stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL"),
+        "{stderr}"
+    );
+}

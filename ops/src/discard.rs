@@ -14,6 +14,7 @@ pub struct Discard {
 }
 
 impl Operation for Discard {
+    const NAME: &'static str = "discard";
     /// Nothing is read before the question: a discarded event is one the consumer never sees,
     /// which no command takes back, so it is asked whatever the database holds.
     type Preview = ();

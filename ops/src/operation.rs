@@ -42,6 +42,9 @@ pub enum Confirm<'a> {
 /// validate → preview → confirm above a threshold → execute → progress. The statements are the
 /// store's; an operation says which, and when to ask.
 pub trait Operation: Sync + std::fmt::Debug {
+    /// The operation's name in its run's span (`highwater {NAME}`): `redrive`, `shard_change`, …
+    const NAME: &'static str;
+
     /// What would be done, nothing changed (a dry run's answer).
     type Preview: Serialize + Send;
     /// What was requested.
@@ -113,23 +116,10 @@ pub async fn execute<O: Operation>(op: &O, pool: &PgPool, audit: &Audit, confirm
             }
         }
     }
-    let run = crate::span::start(&name::<O>(), &audit.by, audit.reason.as_deref(), format!("{op:?}"));
+    let run = crate::span::start(O::NAME, &audit.by, audit.reason.as_deref(), format!("{op:?}"));
     let res = op.execute(pool, audit).await;
     run.end(&res, |o| serde_json::to_string(o).unwrap_or_default());
     res
-}
-
-/// `redrive` for `highwater_ops::redrive::Redrive`, `shard_change` for `ShardChange`: the span's.
-fn name<O>() -> String {
-    let ty = std::any::type_name::<O>().rsplit("::").next().unwrap_or("operation");
-    let mut out = String::new();
-    for (i, c) in ty.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
 }
 
 /// Polls the progress of `outcome` until nothing is pending or `timeout` has passed (a zero

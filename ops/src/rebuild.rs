@@ -12,6 +12,7 @@ pub struct Rebuild {
 }
 
 impl Operation for Rebuild {
+    const NAME: &'static str = "rebuild";
     type Preview = ();
     type Outcome = Rebuilt;
     /// Followed in `consumer status` (the rebuild's done / total), not here.

@@ -25,6 +25,7 @@ impl Redrive {
 }
 
 impl Operation for Redrive {
+    const NAME: &'static str = "redrive";
     type Preview = Plan;
     type Outcome = Plan;
     type Progress = Progress;

@@ -28,6 +28,7 @@ impl Replay {
 }
 
 impl Operation for Replay {
+    const NAME: &'static str = "replay";
     type Preview = Plan;
     type Outcome = Plan;
     type Progress = Progress;

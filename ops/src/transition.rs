@@ -54,6 +54,7 @@ pub struct ShardChange {
 }
 
 impl Operation for ShardChange {
+    const NAME: &'static str = "shard_change";
     /// For a rewind, the undelivered events it would move each cursor past; empty otherwise.
     type Preview = Vec<Skipped>;
     type Outcome = Vec<Transition>;

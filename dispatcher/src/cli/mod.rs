@@ -251,7 +251,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            let traces = cli_traces()?;
+            let traces = cli_traces();
             let res = consumer::run(&pool, c).await;
             end_traces(traces).await;
             res?;
@@ -260,7 +260,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let url = require_url(&g)?;
             let pool = db::connect(&url, 2).await?;
             db::check_migrated(&pool, &url).await?;
-            let traces = cli_traces()?;
+            let traces = cli_traces();
             let res = events::run(&pool, c).await;
             end_traces(traces).await;
             res?;
@@ -274,7 +274,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Quickstart(a) => quickstart::run(g.database_url, a).await?,
         Command::Console(a) => {
             // The operations it runs are spans of service `highwater-console` (OTEL_* as above).
-            let traces = traces_as("highwater-console")?;
+            let traces = traces_as("highwater-console");
             let res = console::run(&require_url(&g)?, &a).await;
             end_traces(traces).await;
             res?;
@@ -292,13 +292,19 @@ pub async fn run(cli: Cli) -> Result<()> {
 
 /// The CLI's traces: the span of each operation run (`highwater_ops::span`), exported as service
 /// `highwater-cli` when the `OTEL_*` variables ask for it, as the dispatcher's are.
-fn cli_traces() -> Result<Option<crate::trace::Tracing>> {
+fn cli_traces() -> Option<crate::trace::Tracing> {
     traces_as("highwater-cli")
 }
 
-fn traces_as(service: &str) -> Result<Option<crate::trace::Tracing>> {
-    let cfg = crate::trace::config::from_env(|k| std::env::var(k).ok())?;
-    crate::trace::init(cfg, service, &format!("{service}:{}", consumer::os_user()), "")
+/// A shell's `OTEL_*` often belongs to other tools (`OTEL_EXPORTER_OTLP_PROTOCOL=grpc`): what
+/// the dispatcher refuses at start only costs a command its spans, with the refusal as a warning.
+fn traces_as(service: &str) -> Option<crate::trace::Tracing> {
+    let started = crate::trace::config::from_env(|k| std::env::var(k).ok())
+        .and_then(|cfg| crate::trace::init(cfg, service, &format!("{service}:{}", consumer::os_user()), ""));
+    started.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "traces: not exported by this command");
+        None
+    })
 }
 
 /// Exports what the command traced, within 2 s (an unreachable backend does not hold it longer).
