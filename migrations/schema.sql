@@ -1850,6 +1850,40 @@ CREATE TABLE highwater.schema_version (
 );
 
 --
+-- Name: shard_changes; Type: TABLE; Schema: highwater; Owner: -
+--
+
+CREATE TABLE highwater.shard_changes (
+    id bigint NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    consumer text NOT NULL,
+    instance_id text NOT NULL,
+    action text NOT NULL,
+    detail text,
+    from_status text NOT NULL,
+    to_status text NOT NULL,
+    cursor_before_tx xid8 NOT NULL,
+    cursor_before_id bigint NOT NULL,
+    cursor_after_tx xid8 NOT NULL,
+    cursor_after_id bigint NOT NULL,
+    changed_by text NOT NULL,
+    reason text
+);
+
+--
+-- Name: shard_changes_id_seq; Type: SEQUENCE; Schema: highwater; Owner: -
+--
+
+ALTER TABLE highwater.shard_changes ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME highwater.shard_changes_id_seq
+    START WITH N
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: sleepers; Type: TABLE; Schema: highwater; Owner: -
 --
 
@@ -1986,6 +2020,13 @@ ALTER TABLE ONLY highwater.schema_version
     ADD CONSTRAINT schema_version_pkey PRIMARY KEY (singleton);
 
 --
+-- Name: shard_changes shard_changes_pkey; Type: CONSTRAINT; Schema: highwater; Owner: -
+--
+
+ALTER TABLE ONLY highwater.shard_changes
+    ADD CONSTRAINT shard_changes_pkey PRIMARY KEY (id);
+
+--
 -- Name: sleepers sleepers_pkey; Type: CONSTRAINT; Schema: highwater; Owner: -
 --
 
@@ -2066,6 +2107,18 @@ CREATE INDEX events_id ON ONLY highwater.events USING btree (id);
 CREATE INDEX events_p3_id_idx ON highwater.events_p3 USING btree (id);
 
 --
+-- Name: events_stream; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX events_stream ON ONLY highwater.events USING btree (stream_type, stream_id, tx_id, id);
+
+--
+-- Name: events_p3_stream_type_stream_id_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX events_p3_stream_type_stream_id_tx_id_id_idx ON highwater.events_p3 USING btree (stream_type, stream_id, tx_id, id);
+
+--
 -- Name: events_tx_id_id; Type: INDEX; Schema: highwater; Owner: -
 --
 
@@ -2096,6 +2149,12 @@ CREATE INDEX events_p2_event_type_tx_id_id_idx ON highwater.events_p2 USING btre
 CREATE INDEX events_p2_id_idx ON highwater.events_p2 USING btree (id);
 
 --
+-- Name: events_p2_stream_type_stream_id_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX events_p2_stream_type_stream_id_tx_id_id_idx ON highwater.events_p2 USING btree (stream_type, stream_id, tx_id, id);
+
+--
 -- Name: events_p2_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
 --
 
@@ -2118,6 +2177,12 @@ CREATE INDEX events_legacy_event_type_tx_id_id_idx ON highwater.events_legacy US
 --
 
 CREATE INDEX events_legacy_id_idx ON highwater.events_legacy USING btree (id);
+
+--
+-- Name: events_legacy_stream_type_stream_id_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX events_legacy_stream_type_stream_id_tx_id_id_idx ON highwater.events_legacy USING btree (stream_type, stream_id, tx_id, id);
 
 --
 -- Name: events_legacy_tx_id_id; Type: INDEX; Schema: highwater; Owner: -
@@ -2144,6 +2209,12 @@ CREATE INDEX events_tail_event_type_tx_id_id_idx ON highwater.events_tail USING 
 CREATE INDEX events_tail_id_idx ON highwater.events_tail USING btree (id);
 
 --
+-- Name: events_tail_stream_type_stream_id_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX events_tail_stream_type_stream_id_tx_id_id_idx ON highwater.events_tail USING btree (stream_type, stream_id, tx_id, id);
+
+--
 -- Name: events_tail_tx_id_id_idx; Type: INDEX; Schema: highwater; Owner: -
 --
 
@@ -2154,6 +2225,12 @@ CREATE INDEX events_tail_tx_id_id_idx ON highwater.events_tail USING btree (tx_i
 --
 
 CREATE INDEX replays_pending ON highwater.replays USING btree (consumer, instance_id, request_id, seq) WHERE (due_at IS NOT NULL);
+
+--
+-- Name: shard_changes_consumer; Type: INDEX; Schema: highwater; Owner: -
+--
+
+CREATE INDEX shard_changes_consumer ON highwater.shard_changes USING btree (consumer, id);
 
 --
 -- Name: events_p3_created_at_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
@@ -2172,6 +2249,12 @@ ALTER INDEX highwater.events_type_tx_id_id ATTACH PARTITION highwater.events_p3_
 --
 
 ALTER INDEX highwater.events_id ATTACH PARTITION highwater.events_p3_id_idx;
+
+--
+-- Name: events_p3_stream_type_stream_id_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
+--
+
+ALTER INDEX highwater.events_stream ATTACH PARTITION highwater.events_p3_stream_type_stream_id_tx_id_id_idx;
 
 --
 -- Name: events_p3_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
@@ -2198,6 +2281,12 @@ ALTER INDEX highwater.events_type_tx_id_id ATTACH PARTITION highwater.events_p2_
 ALTER INDEX highwater.events_id ATTACH PARTITION highwater.events_p2_id_idx;
 
 --
+-- Name: events_p2_stream_type_stream_id_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
+--
+
+ALTER INDEX highwater.events_stream ATTACH PARTITION highwater.events_p2_stream_type_stream_id_tx_id_id_idx;
+
+--
 -- Name: events_p2_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
 --
 
@@ -2222,6 +2311,12 @@ ALTER INDEX highwater.events_type_tx_id_id ATTACH PARTITION highwater.events_leg
 ALTER INDEX highwater.events_id ATTACH PARTITION highwater.events_legacy_id_idx;
 
 --
+-- Name: events_legacy_stream_type_stream_id_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
+--
+
+ALTER INDEX highwater.events_stream ATTACH PARTITION highwater.events_legacy_stream_type_stream_id_tx_id_id_idx;
+
+--
 -- Name: events_legacy_tx_id_id; Type: INDEX ATTACH; Schema: highwater; Owner: -
 --
 
@@ -2244,6 +2339,12 @@ ALTER INDEX highwater.events_type_tx_id_id ATTACH PARTITION highwater.events_tai
 --
 
 ALTER INDEX highwater.events_id ATTACH PARTITION highwater.events_tail_id_idx;
+
+--
+-- Name: events_tail_stream_type_stream_id_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -
+--
+
+ALTER INDEX highwater.events_stream ATTACH PARTITION highwater.events_tail_stream_type_stream_id_tx_id_id_idx;
 
 --
 -- Name: events_tail_tx_id_id_idx; Type: INDEX ATTACH; Schema: highwater; Owner: -

@@ -1,6 +1,7 @@
 //! One consumer: its spec (secrets masked, `mask.rs`), its shards and cursors (state, lag,
-//! attempts, last error), its latest dead letters, and, for a console user, the actions restart,
-//! skip, disable, enable, rewind and rebuild (`shard_actions.rs`).
+//! attempts, last error), who changed its shards lately and why, its latest dead letters, and, for
+//! a console user, the actions restart, skip, disable, enable, rewind and rebuild
+//! (`shard_actions.rs`).
 use axum::{
     Extension,
     extract::{Path, State},
@@ -28,7 +29,8 @@ pub(crate) async fn page(
     st.health.record(&shards);
     let f = Filter { consumer: Some(name.clone()), ..Filter::default() };
     let recent = dead_letters::page(&st.pool, &f, None, 10).await?;
-    if stored.is_none() && shards.is_empty() && recent.rows.is_empty() {
+    let changes = ops::shard_changes(&st.pool, &name, 10).await?;
+    if stored.is_none() && shards.is_empty() && recent.rows.is_empty() && changes.is_empty() {
         return Err(Error::no_consumer(&name).into());
     }
     let link = format!(
@@ -64,6 +66,23 @@ pub(crate) async fn page(
         p.muted { "Sampled while the console's pages are read (the overview every 5 s), since the console started." }
         @for r in &shards { (lag_chart(&r.instance_id, &st.health.lag_history(&name, &r.instance_id))) }
         @if who.user.is_some() { (actions(&name, &shards, &who)) }
+        h2 { "Shard changes" }
+        @if changes.is_empty() { p.muted { "No one has restarted, skipped, disabled, enabled, rewound or rebuilt it." } }
+        @else { table #shard-changes {
+            thead { tr {
+                th scope="col" { "At" } th scope="col" { "Shard" } th scope="col" { "Change" }
+                th scope="col" { "State" } th scope="col" { "Cursor" } th scope="col" { "By" } th scope="col" { "Reason" }
+            } }
+            tbody { @for c in &changes { tr {
+                td { (c.changed_at.format("%Y-%m-%d %H:%M:%S UTC")) }
+                td { (c.instance_id) }
+                td { (c.action) @if let Some(d) = &c.detail { " " (d) } }
+                td { (c.from_status.as_str()) " → " (c.to_status.as_str()) }
+                td { (c.cursor_before.to_string()) " → " (c.cursor_after.to_string()) }
+                td { (c.changed_by) }
+                td { (c.reason.as_deref().unwrap_or("")) }
+            } } }
+        } }
         h2 { "Latest dead letters" }
         @if recent.rows.is_empty() { p.muted { "None dead." } }
         ul { @for d in &recent.rows {

@@ -398,6 +398,28 @@ async fn the_consumer_page_masks_secrets_and_its_actions_are_the_operations() {
     assert!(body.contains("is disabled, not dead"), "{body}");
     let (status, body) = post(&c, &url, &cookie, &[("csrf", csrf), ("do", "rebuild".to_owned())]).await;
     assert_eq!(status, 409, "a webhook consumer has no read model to rebuild: {body}");
+
+    // Each change is in the audit with alice as who, and refusals are not; the page shows them.
+    let audit: Vec<(String, Option<String>, String, Option<String>)> = sqlx::query_as(
+        "SELECT action, detail, changed_by, reason FROM highwater.shard_changes WHERE consumer = 'hook' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let by = audit.first().map(|a| a.2.clone()).unwrap_or_default();
+    assert!(by.contains("alice"), "the console user is who: {audit:?}");
+    let changes: Vec<(&str, Option<&str>, Option<&str>)> =
+        audit.iter().map(|a| (a.0.as_str(), a.1.as_deref(), a.3.as_deref())).collect();
+    let to = format!("to event {}", ids[1]);
+    assert_eq!(
+        changes,
+        [("disabled", None, Some("maintenance")), ("enabled", None, None), ("rewound", Some(to.as_str()), None)],
+        "{audit:?}"
+    );
+    assert!(audit.iter().all(|a| a.2 == by), "{audit:?}");
+    let (_, html) = get(&c, &format!("{base}/consumers/hook"), &cookie).await;
+    let table = html.split("id=\"shard-changes\"").nth(1).expect("the shard changes table");
+    assert!(table.contains(&to) && table.contains("maintenance") && table.contains(&by), "{table}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -514,7 +514,15 @@ async fn consumers_that_ask_for_the_latest_version_read_upcast_payloads_and_a_re
     .await
     .unwrap();
     assert_eq!(applied.registered, vec![3]);
-    highwater::ops::rewind(&db.pool, "latest", None, highwater::ops::RewindTo::Earliest).await.unwrap();
+    highwater::ops::rewind(
+        &db.pool,
+        "latest",
+        None,
+        highwater::ops::RewindTo::Earliest,
+        &highwater::ops::Audit::by("test"),
+    )
+    .await
+    .unwrap();
     wait_count(&db.pool, "SELECT count(*) FROM latest_rows WHERE payload ? 'channel'", 4, wait).await;
     let replayed = rows(&db.pool, "latest_rows").await;
     assert_eq!(replayed[0].2, json!({"order_id": "old", "total": 1, "currency": "EUR", "channel": "web"}));

@@ -181,10 +181,10 @@ async fn the_printed_roles_suffice_and_refuse_everything_else() {
     assert!(shards::register_for_pod(&mut conn, "k8s", "pod-a", "uid-a").await.expect("operator registers a pod"));
     drop(conn);
     ops::status(&op, Some("k8s")).await.expect("operator reads status");
-    ops::disable(&op, "k8s", None).await.expect("operator disables");
-    ops::enable(&op, "k8s", None).await.expect("operator enables");
+    ops::disable(&op, "k8s", None, &ops::Audit::by("test")).await.expect("operator disables");
+    ops::enable(&op, "k8s", None, &ops::Audit::by("test")).await.expect("operator enables");
     // Nothing is dead: refused, never denied.
-    if let Err(e) = ops::restart(&op, "projection", None).await {
+    if let Err(e) = ops::restart(&op, "projection", None, &ops::Audit::by("test")).await {
         assert!(!e.to_string().contains("permission denied"), "{e}");
     }
     let removed = kubernetes::delete_pod_shards_except(&op, "k8s", &[]).await.expect("operator deletes pod shards");

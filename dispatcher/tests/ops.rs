@@ -161,11 +161,11 @@ async fn restart_retries_the_event_the_shard_died_on() {
     assert_eq!((dead.attempts, dead.failing), (2, Some(ids[1])));
 
     // What does not apply to a dead shard is refused, saying what to do instead.
-    let m = refused(ops::enable(&db.pool, "a", None).await);
+    let m = refused(ops::enable(&db.pool, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("is dead, not disabled") && m.contains("highwater consumer restart a"), "{m}");
 
     sqlx::query("UPDATE gate SET broken = false").execute(&db.pool).await.unwrap();
-    let t = ops::restart(&db.pool, "a", None).await.unwrap();
+    let t = ops::restart(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].to_string(), "eventconsumer/a restarted (instance __shared__)");
     assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("dead", "idle"));
@@ -178,7 +178,7 @@ async fn restart_retries_the_event_the_shard_died_on() {
     assert_eq!(seen(&db.pool).await, ids, "the poison event delivered on retry, in order, once");
     wait_status(&db.pool, "a", "idle").await;
 
-    let m = refused(ops::restart(&db.pool, "a", None).await);
+    let m = refused(ops::restart(&db.pool, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("is idle, not dead"), "{m}");
 }
 
@@ -189,12 +189,12 @@ async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
     wait_status(&db.pool, "a", "dead").await;
 
     // Skipping names the event: a wrong one is refused with the actual id.
-    let m = refused(ops::skip(&db.pool, "a", None, Some(ids[2])).await);
+    let m = refused(ops::skip(&db.pool, "a", None, Some(ids[2]), &ops::Audit::by("test")).await);
     assert!(m.contains(&format!("is failing on event {}, not {}", ids[1], ids[2])), "{m}");
     assert!(m.contains(&format!("--event {}", ids[1])), "{m}");
     assert_eq!(shard(&db.pool, "a", "__shared__").await.status, "dead", "a refusal changes nothing");
 
-    let t = ops::skip(&db.pool, "a", None, Some(ids[1])).await.unwrap();
+    let t = ops::skip(&db.pool, "a", None, Some(ids[1]), &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].action, ops::Action::Skipped { event_id: ids[1] });
     assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[1]).await, "the cursor is on the skipped event");
@@ -234,7 +234,7 @@ async fn skip_moves_past_exactly_the_failing_event_and_delivery_resumes() {
         "{table}"
     );
 
-    let m = refused(ops::skip(&db.pool, "a", None, None).await);
+    let m = refused(ops::skip(&db.pool, "a", None, None, &ops::Audit::by("test")).await);
     assert!(m.contains("has no failing event") && m.contains("rewind"), "{m}");
 }
 
@@ -255,7 +255,7 @@ async fn skip_keeps_a_disabled_shard_disabled() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let t = ops::skip(&db.pool, "a", None, None).await.unwrap();
+    let t = ops::skip(&db.pool, "a", None, None, &ops::Audit::by("test")).await.unwrap();
     assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("disabled", "disabled"));
     assert_eq!(t[0].cursor_before, before);
     let s = shard(&db.pool, "a", "__shared__").await;
@@ -269,7 +269,7 @@ async fn rewind_to_an_event_redelivers_from_that_event() {
     let (db, ids) = (&w.db, w.ids.clone());
     wait_count(&db.pool, "SELECT count(*) FROM seen", 5, Duration::from_secs(20)).await;
 
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Event(ids[2])).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Event(ids[2]), &ops::Audit::by("test")).await.unwrap();
     let at = position_of(&db.pool, ids[2]).await;
     assert_eq!(t[0].cursor_after, Position::new(at.tx, at.id - 1), "just before the event");
     assert!(t[0].to_string().contains(&format!("rewound to event {}", ids[2])), "{}", t[0]);
@@ -279,9 +279,9 @@ async fn rewind_to_an_event_redelivers_from_that_event() {
     assert_eq!(seen(&db.pool).await, expected, "the SQL sink sees the event and what follows again");
 
     // latest delivers nothing again; earliest everything.
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Latest).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Latest, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[4]).await);
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t[0].cursor_after, Position::ZERO);
     wait_count(&db.pool, "SELECT count(*) FROM seen", 13, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -303,9 +303,9 @@ async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
     tx.commit().await.unwrap();
     let year_2099: chrono::DateTime<chrono::Utc> = "2099-01-01T00:00:00Z".parse().unwrap();
 
-    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(year_2099)).await);
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(year_2099), &ops::Audit::by("test")).await);
     assert!(m.contains("--to 2099-01-01T00:00:00+00:00 is in the future") && m.contains("check the date"), "{m}");
-    let m = refused(ops::rewind_skipping(p, "a", None, ops::RewindTo::Time(year_2099)).await);
+    let m = refused(ops::rewind_skipping(p, "a", None, ops::RewindTo::Time(year_2099), &ops::Audit::by("test")).await);
     assert!(m.contains("in the future"), "refused even when skipping is confirmed: {m}");
     let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", "2099-01-01T00:00:00Z"]);
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
@@ -317,10 +317,10 @@ async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
     let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()").fetch_one(p).await.unwrap();
     let skips = ops::rewind_skips(p, "typed", None, ops::RewindTo::Time(now)).await.unwrap();
     assert_eq!(skips, vec![ops::Skipped { instance_id: "__shared__".into(), events: 4 }], "not the Other event");
-    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(now)).await);
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Time(now), &ops::Audit::by("test")).await);
     assert!(m.contains("forward past 5 undelivered event(s) (5 on shard __shared__)"), "{m}");
     assert!(m.contains(&format!("`highwater consumer rewind a --to {} --yes`", now.to_rfc3339())), "{m}");
-    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(ids[2])).await);
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(ids[2]), &ops::Audit::by("test")).await);
     assert!(m.contains("forward past 2 undelivered event(s)") && m.contains(&format!("--to {} --yes", ids[2])), "{m}");
     let (code, out, err) = cli(u, &["consumer", "rewind", "a", "--to", &ids[3].to_string()]);
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
@@ -333,7 +333,7 @@ async fn rewind_refuses_a_future_time_and_asks_before_skipping_events() {
     let at = position_of(p, ids[3]).await;
     assert_eq!(shard(p, "a", "__shared__").await.cursor, Position::new(at.tx, at.id - 1));
     // Backwards asks nothing; latest skips on purpose, by name.
-    ops::rewind(p, "a", None, ops::RewindTo::Event(ids[1])).await.unwrap();
+    ops::rewind(p, "a", None, ops::RewindTo::Event(ids[1]), &ops::Audit::by("test")).await.unwrap();
     let (code, _, err) = cli(u, &["consumer", "rewind", "a", "--to", "latest"]);
     assert_eq!(code, 0, "{err}");
     let other: i64 = sqlx::query_scalar("SELECT max(id) FROM highwater.events").fetch_one(p).await.unwrap();
@@ -361,7 +361,8 @@ async fn rewind_to_a_time_and_what_it_resets() {
     let t150: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT now() - interval '150 minutes'").fetch_one(&db.pool).await.unwrap();
     // Forward past the first event (the cursor is at 0/0): confirmed.
-    let t = ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(t150)).await.unwrap();
+    let t =
+        ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(t150), &ops::Audit::by("test")).await.unwrap();
     let second = position_of(&db.pool, ids[1]).await;
     assert_eq!(t[0].cursor_after, Position::new(second.tx, second.id - 1), "before the first event at or after");
     assert_eq!((t[0].from_status.as_str(), t[0].to_status.as_str()), ("dead", "idle"), "a dead shard is idle");
@@ -377,12 +378,14 @@ async fn rewind_to_a_time_and_what_it_resets() {
     // A time after every event: only what comes next, once skipping the two is confirmed.
     let after_all: chrono::DateTime<chrono::Utc> =
         sqlx::query_scalar("SELECT now() - interval '30 minutes'").fetch_one(&db.pool).await.unwrap();
-    let t = ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(after_all)).await.unwrap();
+    let t = ops::rewind_skipping(&db.pool, "a", None, ops::RewindTo::Time(after_all), &ops::Audit::by("test"))
+        .await
+        .unwrap();
     assert_eq!(t[0].cursor_after, position_of(&db.pool, ids[2]).await);
 
     // A disabled shard stays disabled.
-    ops::disable(&db.pool, "a", None).await.unwrap();
-    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest).await.unwrap();
+    ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
+    let t = ops::rewind(&db.pool, "a", None, ops::RewindTo::Earliest, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t[0].to_status.as_str(), "disabled");
 
     // Parsing of --to.
@@ -400,20 +403,20 @@ async fn disable_stops_delivery_and_enable_resumes_it() {
     let first = append_one(&db.pool, json!({"poison": false})).await;
     wait_count(&db.pool, "SELECT count(*) FROM seen", 1, Duration::from_secs(20)).await;
 
-    let t = ops::disable(&db.pool, "a", None).await.unwrap();
+    let t = ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t[0].to_string(), "eventconsumer/a disabled (instance __shared__; was idle)");
-    let m = refused(ops::disable(&db.pool, "a", None).await);
+    let m = refused(ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("already disabled"), "{m}");
     let second = append_one(&db.pool, json!({"poison": false})).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(seen(&db.pool).await, vec![first], "nothing delivered while disabled");
     assert_eq!(shard(&db.pool, "a", "__shared__").await.cursor, position_of(&db.pool, first).await);
 
-    let t = ops::enable(&db.pool, "a", None).await.unwrap();
+    let t = ops::enable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(t[0].to_string(), "eventconsumer/a enabled (instance __shared__)");
     wait_count(&db.pool, "SELECT count(*) FROM seen", 2, Duration::from_secs(10)).await;
     assert_eq!(seen(&db.pool).await, vec![first, second]);
-    let m = refused(ops::enable(&db.pool, "a", None).await);
+    let m = refused(ops::enable(&db.pool, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("is idle, not disabled"), "{m}");
 }
 
@@ -431,7 +434,7 @@ async fn a_change_wins_over_a_pass_in_flight() {
         Duration::from_secs(10),
     )
     .await;
-    ops::disable(&db.pool, "a", None).await.unwrap();
+    ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     // The pass finishes its statement, finds the shard changed and rolls back.
     wait_count(
         &db.pool,
@@ -445,7 +448,7 @@ async fn a_change_wins_over_a_pass_in_flight() {
     let s = shard(&db.pool, "a", "__shared__").await;
     assert_eq!((s.status.as_str(), s.cursor), ("disabled", Position::ZERO));
 
-    ops::enable(&db.pool, "a", None).await.unwrap();
+    ops::enable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     wait_count(&db.pool, "SELECT count(*) FROM seen", 1, Duration::from_secs(10)).await;
     assert_eq!(seen(&db.pool).await, vec![id], "delivered once after enable");
 }
@@ -462,44 +465,44 @@ async fn refusals_name_the_problem_and_the_fix() {
     let p = &w.db.pool;
 
     for m in [
-        refused(ops::restart(p, "nope", None).await),
-        refused(ops::skip(p, "nope", None, None).await),
-        refused(ops::disable(p, "nope", None).await),
-        refused(ops::enable(p, "nope", None).await),
-        refused(ops::rewind(p, "nope", None, ops::RewindTo::Earliest).await),
+        refused(ops::restart(p, "nope", None, &ops::Audit::by("test")).await),
+        refused(ops::skip(p, "nope", None, None, &ops::Audit::by("test")).await),
+        refused(ops::disable(p, "nope", None, &ops::Audit::by("test")).await),
+        refused(ops::enable(p, "nope", None, &ops::Audit::by("test")).await),
+        refused(ops::rewind(p, "nope", None, ops::RewindTo::Earliest, &ops::Audit::by("test")).await),
     ] {
         assert!(m.contains("no consumer named \"nope\"") && m.contains("consumer list"), "{m}");
     }
-    let m = refused(ops::disable(p, "a", Some("pod-1")).await);
+    let m = refused(ops::disable(p, "a", Some("pod-1"), &ops::Audit::by("test")).await);
     assert!(m.contains("is Shared") && m.contains("drop --instance"), "{m}");
-    let m = refused(ops::disable(p, "live", None).await);
+    let m = refused(ops::disable(p, "live", None, &ops::Audit::by("test")).await);
     assert!(m.contains("has no shards yet"), "{m}");
     let mut conn = p.acquire().await.unwrap();
     shards::register(&mut conn, "live", "pod-1", None).await.unwrap();
-    let m = refused(ops::disable(p, "live", Some("pod-2")).await);
+    let m = refused(ops::disable(p, "live", Some("pod-2"), &ops::Audit::by("test")).await);
     assert!(m.contains("no shard for instance \"pod-2\"") && m.contains("consumer status live"), "{m}");
 
-    let m = refused(ops::restart(p, "a", None).await);
+    let m = refused(ops::restart(p, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("cannot restart consumer a") && m.contains("shard __shared__: is idle, not dead"), "{m}");
-    let m = refused(ops::skip(p, "live", None, None).await);
+    let m = refused(ops::skip(p, "live", None, None, &ops::Audit::by("test")).await);
     assert!(m.contains("shard pod-1: has no failing event") && m.contains("rewind live --instance pod-1"), "{m}");
-    let m = refused(ops::enable(p, "a", None).await);
+    let m = refused(ops::enable(p, "a", None, &ops::Audit::by("test")).await);
     assert!(m.contains("is idle, not disabled"), "{m}");
-    let m = refused(ops::enable(p, "paused", None).await);
+    let m = refused(ops::enable(p, "paused", None, &ops::Audit::by("test")).await);
     assert!(m.contains("suspend: true") && m.contains("consumer apply"), "{m}");
-    let m = refused(ops::disable(p, "paused", None).await);
+    let m = refused(ops::disable(p, "paused", None, &ops::Audit::by("test")).await);
     assert!(m.contains("already disabled"), "{m}");
 
     // Rewind targets that would lose or invent positions.
-    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(999)).await);
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(999), &ops::Audit::by("test")).await);
     assert!(m.contains("no event with id 999"), "{m}");
     let mut old = p.begin().await.unwrap();
     sqlx::query("SELECT pg_current_xact_id()").execute(&mut *old).await.unwrap();
     let above = append_one(p, json!({})).await;
-    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(above)).await);
+    let m = refused(ops::rewind(p, "a", None, ops::RewindTo::Event(above), &ops::Audit::by("test")).await);
     assert!(m.contains("not below the fence"), "{m}");
     old.rollback().await.unwrap();
-    ops::rewind_skipping(p, "a", None, ops::RewindTo::Event(above)).await.unwrap();
+    ops::rewind_skipping(p, "a", None, ops::RewindTo::Event(above), &ops::Audit::by("test")).await.unwrap();
 
     // A refusal leaves every shard as it was.
     let shards: Vec<(String, String, String)> =
@@ -529,16 +532,20 @@ async fn per_instance_commands_apply_to_every_shard_they_fit() {
         .unwrap();
     let names = |t: Vec<ops::Transition>| t.into_iter().map(|t| t.instance_id).collect::<Vec<_>>();
 
-    assert_eq!(names(ops::restart(&db.pool, "live", None).await.unwrap()), ["pod-b"], "only the dead one");
-    assert_eq!(names(ops::disable(&db.pool, "live", Some("pod-a")).await.unwrap()), ["pod-a"]);
-    assert_eq!(names(ops::disable(&db.pool, "live", None).await.unwrap()), ["pod-b", "pod-c"]);
-    assert_eq!(names(ops::enable(&db.pool, "live", Some("pod-c")).await.unwrap()), ["pod-c"]);
-    assert_eq!(names(ops::enable(&db.pool, "live", None).await.unwrap()), ["pod-a", "pod-b"]);
     assert_eq!(
-        names(ops::rewind(&db.pool, "live", None, ops::RewindTo::Earliest).await.unwrap()),
+        names(ops::restart(&db.pool, "live", None, &ops::Audit::by("test")).await.unwrap()),
+        ["pod-b"],
+        "only the dead one"
+    );
+    assert_eq!(names(ops::disable(&db.pool, "live", Some("pod-a"), &ops::Audit::by("test")).await.unwrap()), ["pod-a"]);
+    assert_eq!(names(ops::disable(&db.pool, "live", None, &ops::Audit::by("test")).await.unwrap()), ["pod-b", "pod-c"]);
+    assert_eq!(names(ops::enable(&db.pool, "live", Some("pod-c"), &ops::Audit::by("test")).await.unwrap()), ["pod-c"]);
+    assert_eq!(names(ops::enable(&db.pool, "live", None, &ops::Audit::by("test")).await.unwrap()), ["pod-a", "pod-b"]);
+    assert_eq!(
+        names(ops::rewind(&db.pool, "live", None, ops::RewindTo::Earliest, &ops::Audit::by("test")).await.unwrap()),
         ["pod-a", "pod-b", "pod-c"]
     );
-    let m = refused(ops::restart(&db.pool, "live", None).await);
+    let m = refused(ops::restart(&db.pool, "live", None, &ops::Audit::by("test")).await);
     for i in ["pod-a", "pod-b", "pod-c"] {
         assert!(m.contains(&format!("shard {i}: is idle, not dead")), "{m}");
     }
@@ -550,11 +557,11 @@ async fn commands_notify_running_dispatchers() {
     let db = &w.db;
     let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool).await.unwrap();
     listener.listen("highwater_control").await.unwrap();
-    ops::disable(&db.pool, "a", None).await.unwrap();
+    ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await.unwrap();
     let n = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
     assert_eq!(n.payload(), "a");
     // A refusal sends nothing.
-    let _ = ops::disable(&db.pool, "a", None).await;
+    let _ = ops::disable(&db.pool, "a", None, &ops::Audit::by("test")).await;
     assert!(tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err());
 }
 
@@ -634,7 +641,7 @@ async fn cli_prints_each_change_and_refuses_with_the_reason() {
     let (db, ids) = (&w.db, w.ids.clone());
     let u = &db.url;
 
-    let (code, out, _) = cli(u, &["consumer", "disable", "a"]);
+    let (code, out, _) = cli(u, &["consumer", "disable", "a", "--reason", "maintenance window"]);
     assert_eq!((code, out.as_str()), (0, "eventconsumer/a disabled (instance __shared__; was idle)\n"));
     let (code, out, _) = cli(u, &["consumer", "enable", "a", "--instance", "__shared__"]);
     assert_eq!((code, out.as_str()), (0, "eventconsumer/a enabled (instance __shared__)\n"));
@@ -679,6 +686,30 @@ async fn cli_prints_each_change_and_refuses_with_the_reason() {
     let (code, out, err) = cli(u, &["consumer", "skip", "a", "--event", &ids[1].to_string()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with(&format!("eventconsumer/a skipped event {}", ids[1])), "{out}");
+
+    // Every change above is in the audit, newest first, with the OS user as who and the reason
+    // given; refusals are not.
+    let (code, out, err) = cli(u, &["consumer", "history", "a", "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let h: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let actions: Vec<&str> = h.iter().map(|c| c["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["skipped", "restarted", "rewound", "enabled", "disabled", "enabled", "disabled"], "{out}");
+    assert_eq!(h[0]["detail"].as_str(), Some(format!("event {}", ids[1]).as_str()), "{out}");
+    assert_eq!((h[0]["from_status"].as_str(), h[0]["to_status"].as_str()), (Some("idle"), Some("idle")), "{out}");
+    assert_eq!(h[2]["detail"].as_str(), Some(format!("to event {}", ids[1]).as_str()), "{out}");
+    assert_eq!(h[2]["cursor_before"]["id"].as_i64(), Some(0), "{out}");
+    assert_eq!(h[6]["reason"].as_str(), Some("maintenance window"), "{out}");
+    let who = h[0]["changed_by"].as_str().unwrap();
+    assert!(!who.is_empty() && h.iter().all(|c| c["changed_by"].as_str() == Some(who)), "{out}");
+    let (code, out, _) = cli(u, &["consumer", "history", "a", "--limit", "1"]);
+    assert_eq!(code, 0);
+    let mut lines = out.lines();
+    assert!(lines.next().is_some_and(|l| l.starts_with("AT") && l.contains("REASON")), "{out}");
+    assert!(lines.next().is_some_and(|l| l.contains(&format!("skipped event {}", ids[1])) && l.contains(who)), "{out}");
+    assert_eq!(lines.next(), None, "--limit 1: {out}");
+    let (code, _, err) = cli(u, &["consumer", "history", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no consumer named \"nope\""), "{err}");
 
     let (code, out, err) = cli(u, &["consumer", "gc", "--stale-after", "1h"]);
     assert_eq!((code, out.as_str()), (0, "no stale shards (heartbeat older than 1h)\n"), "{err}");

@@ -207,7 +207,9 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
                 async move { shard_ids(&pool, "proj").await.len() == 4 }
             })
             .await;
-            highwater::ops::disable(&db.pool, "proj", Some("__shared__/p0of4")).await.unwrap();
+            highwater::ops::disable(&db.pool, "proj", Some("__shared__/p0of4"), &highwater::ops::Audit::by("test"))
+                .await
+                .unwrap();
             // Events after the disabled partition's cursor, whether or not the writers still run.
             extra += write(&db.pool, 1, 8, 1, "extra").await;
             eventually("another partition ahead of the disabled one", Duration::from_secs(30), || {
@@ -235,7 +237,9 @@ async fn changing_partitions_under_load_loses_nothing_and_applies_once() {
             let table = highwater::render::render_table(&rows);
             assert!(table.contains("__shared__/p0of4: partitions changing to 7: delivers up to event"), "{table}");
             assert!(table.contains("(at the barrier)"), "the other partitions wait at the barrier: {table}");
-            highwater::ops::enable(&db.pool, "proj", Some("__shared__/p0of4")).await.unwrap();
+            highwater::ops::enable(&db.pool, "proj", Some("__shared__/p0of4"), &highwater::ops::Audit::by("test"))
+                .await
+                .unwrap();
         }
         if step == 2 {
             // A dispatcher killed while a change waits at its barrier.
@@ -388,9 +392,14 @@ async fn status_and_read_your_writes_count_each_partitions_own_events() {
     assert!(!highwater::applied::applied(&db.pool, "proj", token, None).await.unwrap(), "nothing delivered yet");
 
     // Ops address one partition with --instance, or every partition without it.
-    let e = highwater::ops::disable(&db.pool, "proj", Some("d0")).await.unwrap_err().to_string();
+    let e = highwater::ops::disable(&db.pool, "proj", Some("d0"), &highwater::ops::Audit::by("test"))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("partitioned") && e.contains("no instance \"d0\""), "{e}");
-    let t = highwater::ops::disable(&db.pool, "proj", Some("__shared__/p1of4")).await.unwrap();
+    let t = highwater::ops::disable(&db.pool, "proj", Some("__shared__/p1of4"), &highwater::ops::Audit::by("test"))
+        .await
+        .unwrap();
     assert_eq!(t.len(), 1);
 
     let logs = tempfile::tempdir().unwrap();
@@ -408,7 +417,11 @@ async fn status_and_read_your_writes_count_each_partitions_own_events() {
         !highwater::applied::applied(&db.pool, "proj", token, None).await.unwrap(),
         "a disabled partition holds the token back"
     );
-    assert_eq!(highwater::ops::enable(&db.pool, "proj", None).await.unwrap().len(), 1, "only the disabled one");
+    assert_eq!(
+        highwater::ops::enable(&db.pool, "proj", None, &highwater::ops::Audit::by("test")).await.unwrap().len(),
+        1,
+        "only the disabled one"
+    );
     eventually("the token applied on every partition", Duration::from_secs(30), || {
         let pool = pool.clone();
         async move { highwater::applied::applied(&pool, "proj", token, None).await.unwrap() }

@@ -164,7 +164,7 @@ async fn a_lagging_or_dead_shard_keeps_the_partitions_it_needs() {
 
     // Disabled: the operator accepted the loss; the second goes, the partition holding the next
     // transaction id stays (transactions below its bound may still write into it).
-    ops::disable(&db.pool, "audit", None).await.unwrap();
+    ops::disable(&db.pool, "audit", None, &ops::Audit::by("test")).await.unwrap();
     let r = partitions::drop_old(&db.pool, &opts(30)).await.unwrap();
     assert!(r.dropped.iter().any(|p| p.name == p2), "{r}");
     assert!(r.kept.as_deref().is_some_and(|k| k.contains("may still write into it")), "{r}");

@@ -90,7 +90,7 @@ async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_bat
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    ops::disable(&db.pool, "c", None).await.unwrap();
+    ops::disable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     gate.open.send_replace(true);
 
     // The cursor update is refused (the shard is disabled) and the batch read ahead goes with it.
@@ -105,7 +105,7 @@ async fn a_disable_between_the_read_ahead_and_the_cursor_update_discards_the_bat
 
     // Enabled again: the refused batch again (at least once), then every event once, in order,
     // the drain reading ahead.
-    ops::enable(&db.pool, "c", None).await.unwrap();
+    ops::enable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     eventually("every event delivered", Duration::from_secs(60), || async {
         gate.batches.lock().unwrap().last().and_then(|b| b.last()) == ids.last()
     })
@@ -150,9 +150,9 @@ async fn a_batch_read_ahead_is_used_only_if_the_row_it_saw_still_stands() {
     let shard = shards::load(conn, "c", "__shared__").await.unwrap().unwrap();
 
     // Disabled while the batch after the first five is read; enabled before the cursor update.
-    ops::disable(&db.pool, "c", None).await.unwrap();
+    ops::disable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     let ahead = read_ahead::read(conn, &shard, at[4], &[], 5, true).await.unwrap().unwrap();
-    ops::enable(&db.pool, "c", None).await.unwrap();
+    ops::enable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     let advanced = shards::advance(conn, &shard, shard.cursor, at[4], 5).await.unwrap().expect("the update succeeds");
     assert!(ahead.after(shard.cursor, advanced).is_none(), "a read that saw the shard disabled is read again");
 
@@ -245,7 +245,7 @@ async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it()
         n == 1
     })
     .await;
-    ops::disable(&db.pool, "c", None).await.unwrap();
+    ops::disable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     eventually("the read ahead discarded", Duration::from_secs(30), || async {
         metric(d.http_port, discarded).await == 1.0
     })
@@ -256,7 +256,7 @@ async fn a_sql_batch_refused_under_a_disable_discards_the_batch_read_beside_it()
     assert_eq!(metric(d.http_port, used).await, 0.0);
 
     sqlx::query("DELETE FROM hold").execute(&db.pool).await.unwrap();
-    ops::enable(&db.pool, "c", None).await.unwrap();
+    ops::enable(&db.pool, "c", None, &ops::Audit::by("test")).await.unwrap();
     wait_count(&db.pool, "SELECT count(*) FROM proj", 20, Duration::from_secs(60)).await;
     let order: Vec<i64> =
         sqlx::query_scalar("SELECT event_id FROM proj ORDER BY seq").fetch_all(&db.pool).await.unwrap();

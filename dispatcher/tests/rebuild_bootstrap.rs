@@ -13,7 +13,7 @@ use std::{
 };
 
 use common::*;
-use highwater::{NewEvent, Waited, append, ops, wait_applied};
+use highwater::{NewEvent, Position, Waited, Xid8, append, ops, wait_applied};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -158,7 +158,7 @@ async fn rebuild_refused_when_events_were_pruned_unless_bootstrapped() {
     // What `events prune` does: delete old events (every delete is recorded).
     sqlx::query("DELETE FROM highwater.events WHERE stream_id IN ('s0', 's1', 's2')").execute(&db.pool).await.unwrap();
     let before = totals(&db.pool, "totals").await;
-    let e = ops::rebuild(&db.pool, "totals").await.unwrap_err().to_string();
+    let e = ops::rebuild(&db.pool, "totals", &ops::Audit::by("test")).await.unwrap_err().to_string();
     assert!(e.contains("were pruned (3 Added event(s) up to id 3)") && e.contains("spec.sink.sql.bootstrap"), "{e}");
     assert!(e.contains("fix:"), "{e}");
     assert_eq!(totals(&db.pool, "totals").await, before, "nothing changed");
@@ -170,10 +170,23 @@ async fn rebuild_refused_when_events_were_pruned_unless_bootstrapped() {
         .unwrap();
     let spec = format!("{spec}\n    bootstrap: INSERT INTO totals SELECT * FROM app_totals");
     apply(&db.pool, &consumer("totals", &spec)).await;
-    let r = ops::rebuild(&db.pool, "totals").await.unwrap();
+    let by = ops::Audit { by: "carol".into(), reason: Some("lost rows".into()) };
+    let r = ops::rebuild(&db.pool, "totals", &by).await.unwrap();
     assert!(matches!(r, ops::Rebuilt::Bootstrapped(_)), "{r:?}");
     let got = totals(&db.pool, "totals").await;
     assert!(got.iter().all(|(_, n, _)| *n == 101), "refilled from the tables: {got:?}");
+    // Audited in the bootstrap's transaction (the refused rebuild above left no row).
+    let changes = ops::shard_changes(&db.pool, "totals", 10).await.unwrap();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let c = &changes[0];
+    assert_eq!((c.action.as_str(), c.detail.as_deref()), ("rebuilt", Some("bootstrapped (events were pruned)")));
+    assert_eq!((c.changed_by.as_str(), c.reason.as_deref()), ("carol", Some("lost rows")));
+    let cursor: (Xid8, i64) =
+        sqlx::query_as("SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = 'totals'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(c.cursor_after, Position::from(cursor), "{c:?}");
 }
 
 /// A consumer created with a bootstrap while writers keep committing (some transactions open
@@ -278,8 +291,15 @@ async fn rebuild_progress_shows_in_status_and_metrics() {
     let logs = tempfile::tempdir().unwrap();
     let d = Dispatcher::start_with_env(&db.url, "rb-m", logs.path(), &[("HIGHWATER_METRICS_INTERVAL", "200ms")]);
     wait_registered(&db.pool, "slow", 1).await;
-    let r = ops::rebuild(&db.pool, "slow").await.unwrap();
+    let r = ops::rebuild(&db.pool, "slow", &ops::Audit::by("dave")).await.unwrap();
     assert!(matches!(r, ops::Rebuilt::Replaying { total: 120, .. }), "{r:?}");
+    let changes = ops::shard_changes(&db.pool, "slow", 10).await.unwrap();
+    let c = changes.first().expect("the rebuild's audit row");
+    assert_eq!(
+        (c.action.as_str(), c.detail.as_deref(), c.changed_by.as_str()),
+        ("rebuilt", Some("replaying 120 events"), "dave")
+    );
+    assert_eq!(c.cursor_after, Position::ZERO, "{c:?}");
     let url = format!("http://127.0.0.1:{}/metrics", d.http_port);
     eventually("rebuild gauges in /metrics", Duration::from_secs(20), || {
         let url = url.clone();

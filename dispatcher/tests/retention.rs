@@ -71,7 +71,7 @@ async fn prune_refuses_naming_the_blocking_shard_and_succeeds_after_disable() {
     // A dead shard blocks too; a disabled one does not.
     sqlx::query("UPDATE highwater.consumer_shards SET status = 'dead'").execute(&db.pool).await.unwrap();
     assert!(refused(retention::prune(&db.pool, &opts(&["order"])).await).contains("status dead"));
-    ops::disable(&db.pool, "audit", None).await.unwrap();
+    ops::disable(&db.pool, "audit", None, &ops::Audit::by("test")).await.unwrap();
     let r = retention::prune(&db.pool, &opts(&["order"])).await.unwrap();
     assert_eq!(
         r.per_type,
@@ -146,7 +146,7 @@ async fn a_shard_in_the_middle_blocks_the_whole_prune() {
     let db = setup(&["Tick"]).await;
     apply(&db.pool, &consumer("audit", "delivery: Shared\nsink: {sql: {statement: 'SELECT 1'}}")).await;
     let ids = old_events(&db.pool, "order", 10, 40).await;
-    ops::rewind_skipping(&db.pool, "audit", None, ops::RewindTo::Event(ids[5])).await.unwrap();
+    ops::rewind_skipping(&db.pool, "audit", None, ops::RewindTo::Event(ids[5]), &ops::Audit::by("test")).await.unwrap();
     let m = refused(retention::prune(&db.pool, &retention::PruneOptions { batch_size: 2, ..opts(&["order"]) }).await);
     assert!(m.contains(&format!("event {}", ids[9])) && m.contains("audit/__shared__"), "{m}");
     assert_eq!(

@@ -223,16 +223,18 @@ async fn rewind_lands_on_the_real_positions(boundary: u64) {
     assert!(positions[5].tx < boundary && positions[14].tx >= boundary, "{positions:?}");
 
     let half_hour_ago = chrono::Utc::now() - chrono::Duration::minutes(30);
-    ops::rewind_skipping(&db.pool, "r", None, ops::RewindTo::Time(half_hour_ago)).await.unwrap();
+    ops::rewind_skipping(&db.pool, "r", None, ops::RewindTo::Time(half_hour_ago), &ops::Audit::by("test"))
+        .await
+        .unwrap();
     let c = cursor(&db.pool, "r").await;
     assert_eq!(c, Position::new(positions[5].tx, positions[5].id - 1), "just before the first event since then");
     assert!(positions[5..].iter().all(|p| *p > c) && positions[..5].iter().all(|p| *p <= c));
 
-    ops::rewind(&db.pool, "r", None, ops::RewindTo::Latest).await.unwrap();
+    ops::rewind(&db.pool, "r", None, ops::RewindTo::Latest, &ops::Audit::by("test")).await.unwrap();
     assert_eq!(cursor(&db.pool, "r").await, positions[14], "latest is the newest event");
 
     let (id, p) = events[7];
-    ops::rewind(&db.pool, "r", None, ops::RewindTo::Event(id)).await.unwrap();
+    ops::rewind(&db.pool, "r", None, ops::RewindTo::Event(id), &ops::Audit::by("test")).await.unwrap();
     assert_eq!(cursor(&db.pool, "r").await, Position::new(p.tx, id - 1));
 }
 
@@ -263,7 +265,7 @@ async fn skip_moves_past_exactly_the_poison_event(boundary: u64) {
     assert_eq!(dead.failing_event_id, Some(poison));
     assert_eq!(dead.cursor, events[2].1, "the cursor stops just before the poison event");
 
-    ops::skip(&db.pool, "p", None, Some(poison)).await.unwrap();
+    ops::skip(&db.pool, "p", None, Some(poison), &ops::Audit::by("test")).await.unwrap();
     wait_count(&db.pool, "SELECT count(*) FROM seen", 7, Duration::from_secs(30)).await;
     drop(d);
     let seen: Vec<i64> =

@@ -4,8 +4,8 @@
 //! namespace enforcing the restricted Pod Security Standard: the migration hook Job, the operator
 //! (in-cluster configuration, its service-account token) and three dispatchers (probes, read-only
 //! root, user 65532, no capabilities) against the test's PostgreSQL; the scale 3 -> 1 scenario of
-//! tests/scale_down.rs runs once here with real pods. A pod whose container cannot start fails
-//! with the reason.
+//! tests/scale_down.rs runs once here with real pods; the web console (`console.enabled`) serves
+//! its overview from its pod. A pod whose container cannot start fails with the reason.
 //!
 //! Needs root, and `highwater` and `highwater-operator` built in the target directory (`cargo
 //! test --workspace` builds them; alone: `cargo build --bins -p highwater -p highwater-operator`).
@@ -33,6 +33,7 @@ const NS: &str = "hw";
 const OPERATOR: &str = "app.kubernetes.io/component=operator";
 const DISPATCHERS: &str = "highwater.dev/group=default";
 const DISPATCHER_DEPLOYMENT: &str = "hw-highwater-dispatcher-default";
+const CONSOLE: &str = "app.kubernetes.io/component=console";
 
 const CONSUMER: &str = r#"
 apiVersion: highwater.dev/v1alpha1
@@ -158,6 +159,8 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
             "dispatchers.groups[0].name=default",
             "--set",
             "dispatchers.groups[0].replicas=3",
+            "--set",
+            "console.enabled=true",
         ],
     )
     .await
@@ -187,6 +190,20 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
     let out = cp.kubectl_with_input(["apply", "-f", "-"], CONSUMER).await.unwrap();
     assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
     let pods3 = wait_for_pod_shards(&client, &pool, 3).await;
+
+    // The console's pod: Ready through its probe, restricted like the others, and serving the
+    // overview (read-only: the chart gave it no tokens) with the consumer's shards, over the pod
+    // network as its Service would.
+    let console = node.wait_pods_ready(&client, NS, CONSOLE, 1, Duration::from_secs(90)).await.unwrap();
+    let console = pods.get(&console[0]).await.unwrap();
+    assert_restricted(&node, &console);
+    let ip = console.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("the console pod's IP");
+    let page = reqwest::get(format!("http://{ip}:8090/")).await.unwrap();
+    assert_eq!(page.status(), 200, "the console's overview");
+    let page = page.text().await.unwrap();
+    for (pod, _) in &pods3 {
+        assert!(page.contains(pod.as_str()), "the overview lists shard {pod} of consumer live:\n{page}");
+    }
 
     let mut last = 0;
     for i in 0..5 {

@@ -160,7 +160,11 @@ async fn cleanup(ec: &EventConsumer, ctx: &Context) -> Result<Action> {
             tracing::info!(consumer = %name, "resource deleted: consumer and cursors removed");
         }
         DeletionPolicy::Retain => {
-            match ops::disable(&ctx.pool, &name, None).await {
+            let by = ops::Audit {
+                by: "kubernetes:highwater-operator".into(),
+                reason: Some("its EventConsumer was deleted with deletionPolicy: Retain".into()),
+            };
+            match ops::disable(&ctx.pool, &name, None, &by).await {
                 Ok(_) | Err(highwater::Error::Refused(_)) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -110,6 +110,14 @@ spec:
         jsonpath(&w, "{.status.handledRestart}").await == "1"
     })
     .await;
+    // Both annotations are in the audit, by the annotation's field manager.
+    let changes = highwater::ops::shard_changes(&w.pool, "poisoned", 10).await.unwrap();
+    let audit: Vec<(&str, &str)> = changes.iter().map(|c| (c.action.as_str(), c.changed_by.as_str())).collect();
+    assert_eq!(
+        audit,
+        [("restarted", "kubernetes:kubectl-annotate"), ("skipped", "kubernetes:kubectl-annotate")],
+        "{changes:?}"
+    );
 
     // Suspend disables every shard.
     w.cp.kubectl_ok(["patch", "ec", "poisoned", "-n", "shop", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#])
@@ -363,7 +371,9 @@ async fn a_partition_change_while_a_partition_is_dead_is_refused_in_status() {
     assert_eq!(n, 2, "the stored definition is the old one");
 
     // The fix the message names, then the operator's next reconcile applies the change.
-    highwater::ops::restart(&w.pool, "split", Some("__shared__/p1of2")).await.unwrap();
+    highwater::ops::restart(&w.pool, "split", Some("__shared__/p1of2"), &highwater::ops::Audit::by("test"))
+        .await
+        .unwrap();
     eventually("the new split in force", Duration::from_secs(90), || async {
         shards(&w.pool, "split").await.len() == 4 && get("{.status.state}").await == "Ready"
     })

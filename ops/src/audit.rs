@@ -1,7 +1,7 @@
-//! The audit of operations that change shards rather than dead letters (restart, skip, disable,
-//! enable, rewind, rebuild): the shards have no column for who changed them, so each change is
-//! one log line on target `highwater::audit` with who and why. Redrive and discard record theirs
-//! on the dead letters themselves.
+//! The log line of each shard change (restart, skip, disable, enable, rewind, rebuild) on target
+//! `highwater::audit`, with who and why, for log pipelines; the record of it is the row the
+//! store wrote in `highwater.shard_changes` with the change. Redrive and discard record theirs on
+//! the dead letters themselves.
 use crate::Audit;
 
 pub(crate) fn record(audit: &Audit, what: &str) {

@@ -9,13 +9,9 @@ use sqlx::PgPool;
 
 use crate::{Error, Result};
 
-/// Who asks and why, recorded with every row an operation changes: the OS user for the CLI,
-/// `http:ops-token-N` over HTTP, `kubernetes:<field manager>` for an annotation.
-#[derive(Debug, Clone, Default)]
-pub struct Audit {
-    pub by: String,
-    pub reason: Option<String>,
-}
+/// Who asks and why, recorded with every row an operation changes (the store's, so that its
+/// statements record it in the transaction of the change).
+pub use highwater_store::ops::Audit;
 
 /// What an operation asks before it executes, and why it asks.
 #[derive(Debug, Clone, PartialEq, Eq)]

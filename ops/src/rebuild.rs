@@ -31,7 +31,7 @@ impl Operation for Rebuild {
     }
 
     async fn execute(&self, pool: &PgPool, audit: &Audit) -> Result<Rebuilt> {
-        let done = ops::rebuild(pool, &self.consumer).await?;
+        let done = ops::rebuild(pool, &self.consumer, audit).await?;
         crate::audit::record(audit, &format!("eventconsumer/{}: {done}", self.consumer));
         Ok(done)
     }

@@ -91,11 +91,11 @@ impl Operation for ShardChange {
     async fn execute(&self, pool: &PgPool, audit: &Audit) -> Result<Vec<Transition>> {
         let (c, i) = (self.consumer.as_str(), self.instance.as_deref());
         let done = match self.change {
-            Change::Restart => ops::restart(pool, c, i).await?,
-            Change::Skip { event } => ops::skip(pool, c, i, event).await?,
-            Change::Disable => ops::disable(pool, c, i).await?,
-            Change::Enable => ops::enable(pool, c, i).await?,
-            Change::Rewind { to } => ops::rewind_skipping(pool, c, i, to).await?,
+            Change::Restart => ops::restart(pool, c, i, audit).await?,
+            Change::Skip { event } => ops::skip(pool, c, i, event, audit).await?,
+            Change::Disable => ops::disable(pool, c, i, audit).await?,
+            Change::Enable => ops::enable(pool, c, i, audit).await?,
+            Change::Rewind { to } => ops::rewind_skipping(pool, c, i, to, audit).await?,
         };
         for t in &done {
             crate::audit::record(audit, &t.to_string());

@@ -57,6 +57,7 @@ pub const OPERATOR_WRITES: &[&str] = &[
     "highwater.consumer_shards",
     "highwater.dead_letters",
     "highwater.replays",
+    "highwater.shard_changes",
     "highwater.event_types",
     "highwater.event_type_versions",
     "highwater.event_type_aliases",
@@ -154,7 +155,7 @@ impl Roles {
         }
         let _ = writeln!(
             a,
-            "\n-- The operator reads every table and writes consumers, shards, dead letters and the event-type registry."
+            "\n-- The operator reads every table and writes consumers, shards, dead letters, the shard-change audit and the event-type registry."
         );
         let _ = writeln!(a, "GRANT SELECT ON ALL TABLES IN SCHEMA highwater TO {operator};");
         let _ = writeln!(

@@ -34,6 +34,16 @@ pub enum ConsumerCmd {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
     },
+    /// Who restarted, skipped, disabled, enabled, rewound or rebuilt the consumer's shards, when
+    /// and why (newest first; `highwater.shard_changes`).
+    History {
+        name: String,
+        /// At most this many changes.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
     /// Events given up on (`errorMode: skip`) or skipped by an operator, with their errors.
     DeadLetters {
         /// Only this consumer's.
@@ -186,7 +196,12 @@ pub enum ConsumerCmd {
     /// Rebuild a read model: run `sink.sql.reset` and replay every event, in one transaction with
     /// the cursor's rewind (refused when events it needs were pruned, unless it declares
     /// `sink.sql.bootstrap`, which then refills it instead). Progress: `consumer status`.
-    Rebuild { name: String },
+    Rebuild {
+        name: String,
+        /// Why, recorded with who in `highwater.shard_changes`.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Run `sink.sql.bootstrap` now (one that failed at creation, or a refill from the tables).
     Bootstrap { name: String },
     /// Wait until the consumer has applied every event it selects of the transactions a token
@@ -225,6 +240,9 @@ pub struct Target {
     /// shard the command applies to of a PerInstance one).
     #[arg(long)]
     pub instance: Option<String>,
+    /// Why, recorded with who in `highwater.shard_changes` (the console shows it).
+    #[arg(long)]
+    pub reason: Option<String>,
     /// `json`: one array of the changes made, for scripts.
     #[arg(short, long, value_enum, default_value = "table")]
     pub output: Output,
@@ -334,9 +352,21 @@ pub async fn run(pool: &sqlx::PgPool, c: ConsumerCmd) -> Result<()> {
             let c = highwater_ops::Change::Rewind { to };
             print_changes(&change(pool, name, &target, c, yes).await?, target.output)?
         }
-        ConsumerCmd::Rebuild { name } => {
+        ConsumerCmd::History { name, limit, output } => {
+            let rows = ops::shard_changes(pool, &name, limit).await?;
+            // A deleted consumer's history is kept: refused only when there is nothing to show.
+            if rows.is_empty() && !definitions::exists(pool, &name).await? {
+                return Err(Error::no_consumer(&name));
+            }
+            match output {
+                Output::Table if rows.is_empty() => println!("no shard changes recorded for consumer {name}"),
+                Output::Table => print!("{}", crate::render::render_shard_changes(&rows)),
+                Output::Json => println!("{}", to_json(&rows)?),
+            }
+        }
+        ConsumerCmd::Rebuild { name, reason } => {
             let op = highwater_ops::Rebuild { consumer: name.clone() };
-            let audit = highwater_ops::Audit { by: os_user(), reason: None };
+            let audit = highwater_ops::Audit { by: os_user(), reason };
             let done = highwater_ops::execute(&op, pool, &audit, highwater_ops::Confirm::Given).await?;
             println!("eventconsumer/{name}: {done}")
         }
@@ -418,7 +448,7 @@ async fn change(
     yes: bool,
 ) -> Result<Vec<ops::Transition>> {
     let op = highwater_ops::ShardChange { consumer, instance: target.instance.clone(), change };
-    let audit = highwater_ops::Audit { by: os_user(), reason: None };
+    let audit = highwater_ops::Audit { by: os_user(), reason: target.reason.clone() };
     let on_terminal = |q: &highwater_ops::Question| {
         ask(&q.question, (&q.why, "check the target (a mistyped date or id?); pass --yes to skip them on purpose"))
             .map_err(highwater_ops::Error::from)

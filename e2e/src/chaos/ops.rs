@@ -338,7 +338,7 @@ async fn rewind_loop(pool: PgPool, watch: CursorWatch, clocks: Clocks, log: Arc<
             });
             continue;
         };
-        let r = ops::rewind_skipping(&pool, RW_CONSUMER, None, to).await;
+        let r = ops::rewind_skipping(&pool, RW_CONSUMER, None, to, &ops::Audit::by("test")).await;
         log.outcome(op, &r, |_| 1);
         let t = match r {
             Ok(ts) if !ts.is_empty() => ts[0].clone(),
@@ -440,7 +440,7 @@ pub async fn skip_once(pool: &PgPool, log: &OpsLog) {
     .await
     .map_err(Into::into);
     let r = match failing {
-        Ok(event) => ops::skip(pool, POISON_CONSUMER, None, event).await,
+        Ok(event) => ops::skip(pool, POISON_CONSUMER, None, event, &ops::Audit::by("test")).await,
         Err(e) => Err(e),
     };
     if let Ok(ts) = &r {
@@ -467,13 +467,13 @@ async fn toggle_loop(pool: PgPool, every: Duration, log: Arc<OpsLog>, stop: Canc
     while pause(jitter(every), &stop).await {
         let want_disable = disabled == rand::random_bool(0.25);
         if want_disable {
-            let r = ops::disable(&pool, TOGGLE_CONSUMER, None).await;
+            let r = ops::disable(&pool, TOGGLE_CONSUMER, None, &ops::Audit::by("test")).await;
             if r.is_ok() {
                 disabled = true;
             }
             log.outcome(DISABLE, &r, |ts| ts.len() as u64);
         } else {
-            let r = ops::enable(&pool, TOGGLE_CONSUMER, None).await;
+            let r = ops::enable(&pool, TOGGLE_CONSUMER, None, &ops::Audit::by("test")).await;
             if r.is_ok() {
                 disabled = false;
             }
@@ -492,7 +492,7 @@ pub async fn enable_toggle(pool: &PgPool, log: &OpsLog) {
             .await
             .map_err(Into::into);
     if matches!(status.as_deref(), Ok("disabled")) {
-        let r = ops::enable(pool, TOGGLE_CONSUMER, None).await;
+        let r = ops::enable(pool, TOGGLE_CONSUMER, None, &ops::Audit::by("test")).await;
         log.outcome(ENABLE, &r, |ts| ts.len() as u64);
     }
 }
@@ -576,7 +576,7 @@ pub async fn repair_dead(pool: &PgPool, log: &OpsLog) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     if matches!(status(pool, DEAD_CONSUMER).await.as_deref(), Ok("dead")) {
-        let r = ops::restart(pool, DEAD_CONSUMER, None).await;
+        let r = ops::restart(pool, DEAD_CONSUMER, None, &ops::Audit::by("test")).await;
         log.outcome(RESTART, &r, |ts| ts.len() as u64);
     }
 }

@@ -61,6 +61,32 @@ fn the_console_renders_only_when_enabled_with_its_flags_tokens_and_service() {
     assert!(rendered().iter().any(|r| r.on("console.enabled")), "a CI values file enables the console");
 }
 
+/// The console acts on dead letters and shards, so with `networkPolicy.enabled` only
+/// `consoleIngressFrom` reaches its port, and nothing when that is empty (port-forward bypasses
+/// policies), unlike the metrics ports, which an empty `ingressFrom` leaves open.
+#[test]
+fn the_consoles_network_policy_admits_only_console_ingress_from() {
+    let mut checked = 0;
+    for r in rendered() {
+        if !(r.on("console.enabled") && r.on("networkPolicy.enabled")) {
+            continue;
+        }
+        let np = r.one("NetworkPolicy", &format!("{RELEASE}-console"));
+        assert_eq!(str_at(np, "spec.podSelector.matchLabels.[app.kubernetes.io/component]"), "console", "{}", r.file);
+        let from = seq(r.v("networkPolicy.consoleIngressFrom"));
+        let ingress = seq(get(np, "spec.ingress"));
+        if from.is_empty() {
+            assert!(ingress.is_empty(), "{}: an empty consoleIngressFrom admits no pod: {ingress:?}", r.file);
+        } else {
+            assert_eq!(ingress.len(), 1, "{}", r.file);
+            assert_eq!(seq(get(&ingress[0], "from")), from, "{}: the console's sources", r.file);
+            assert_eq!(str_at(&seq(get(&ingress[0], "ports"))[0], "port"), "http", "{}", r.file);
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "a CI values file enables the console with networkPolicy");
+}
+
 #[test]
 fn notes_show_the_consoles_port_forward_and_say_read_only_without_auth() {
     let notes = |extra: &[&str]| {

@@ -158,7 +158,11 @@ fn monitoring_and_optional_objects_render_only_when_enabled() {
         let pdbs = usize::from(r.on("operator.enabled") && r.on("operator.podDisruptionBudget.enabled"))
             + if r.on("dispatchers.podDisruptionBudget.enabled") { groups } else { 0 };
         assert_eq!(count("PodDisruptionBudget"), pdbs, "{}: PodDisruptionBudgets", r.file);
-        let policies = if r.on("networkPolicy.enabled") { 2 + usize::from(r.on("operator.enabled")) } else { 0 };
+        let policies = if r.on("networkPolicy.enabled") {
+            2 + usize::from(r.on("operator.enabled")) + usize::from(r.on("console.enabled"))
+        } else {
+            0
+        };
         assert_eq!(count("NetworkPolicy"), policies, "{}: NetworkPolicies", r.file);
         for np in r.all("NetworkPolicy") {
             assert_eq!(strings(get(np, "spec.policyTypes")), ["Ingress"], "{}", r.file);

@@ -14,8 +14,10 @@ pub const RELEASE: &str = "0.4.0";
 /// The schema version this binary's `migrate` produces, and the oldest schema it runs against
 /// (it calls the functions of that version). Releases before the window was recorded had 1
 /// (0.1.0) and 2 (0.2.0); 0.3.0 had 3, and 0.4.0 had 4 until event versions
-/// (20261205000000_event_type_versions.sql: this binary reads their tables and column).
-pub const SCHEMA_VERSION: i32 = 5;
+/// (20261205000000_event_type_versions.sql: this binary reads their tables and column), then 5
+/// until the flow-control table and the shard-change audit (20261207000000_consumer_flow.sql,
+/// 20261208000100_shard_changes.sql: this binary writes both).
+pub const SCHEMA_VERSION: i32 = 6;
 /// The oldest binary (named by its schema version) that may run against this release's schema:
 /// everything this release changed keeps 0.1.0's functions and columns working (expand/contract).
 pub const OLDEST_BINARY: i32 = 1;

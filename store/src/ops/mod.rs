@@ -1,4 +1,5 @@
 //! What operators look at and do: status and lag, shard transitions, retention.
+mod audit;
 mod dead_letters;
 pub mod discard;
 mod fence;
@@ -11,6 +12,7 @@ mod scope;
 mod status;
 mod transitions;
 
+pub use audit::{Audit, ShardChangeRecord, shard_changes};
 pub use dead_letters::{DeadLetter, dead_letters};
 pub use fence::{FenceHolder, holder as fence_holder};
 pub use gc::{Collected, GcOptions, GcReport, MIN_STALE_AFTER, gc};

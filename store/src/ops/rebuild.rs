@@ -10,7 +10,8 @@ use std::fmt;
 use highwater_crds::{ConsumerSpec, Delivery, SHARED_INSTANCE, SqlSink};
 use sqlx::{Connection, PgConnection, PgPool, types::Json};
 
-use crate::{Error, Position, Result, Xid8, notify};
+use super::audit::{self, Audit};
+use crate::{Error, Position, Result, Xid8, notify, shards::Status};
 
 /// A rebuild or bootstrap whose shard's cursor moved under it (a dispatcher's batch committed
 /// meanwhile) is tried again this many times.
@@ -93,17 +94,23 @@ async fn pruned(conn: &mut PgConnection, types: &[String]) -> Result<Vec<(String
 /// in one transaction with the cursor's rewind. When events of its types were pruned, runs
 /// `reset` and `sink.sql.bootstrap` instead (refused without a bootstrap: the log cannot rebuild
 /// it). Progress is in `consumer status`.
-pub async fn rebuild(pool: &PgPool, name: &str) -> Result<Rebuilt> {
+pub async fn rebuild(pool: &PgPool, name: &str, by: &Audit) -> Result<Rebuilt> {
     let (spec, sql) = sql_spec(pool, name, "rebuild").await?;
     let mut conn = pool.acquire().await?;
-    rebuild_locked(&mut conn, name, &spec, &sql).await
+    rebuild_locked(&mut conn, name, &spec, &sql, by).await
 }
 
-async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec, sql: &SqlSink) -> Result<Rebuilt> {
+async fn rebuild_locked(
+    conn: &mut PgConnection,
+    name: &str,
+    spec: &ConsumerSpec,
+    sql: &SqlSink,
+    by: &Audit,
+) -> Result<Rebuilt> {
     let gone = pruned(conn, &spec.event_types).await?;
     if !gone.is_empty() {
         if sql.bootstrap.is_some() {
-            return Ok(Rebuilt::Bootstrapped(bootstrap_locked(conn, name, sql, true).await?));
+            return Ok(Rebuilt::Bootstrapped(bootstrap_locked(conn, name, sql, Some(by)).await?));
         }
         let list: Vec<String> =
             gone.iter().map(|(t, n, newest)| format!("{n} {t} event(s) up to id {newest}")).collect();
@@ -119,8 +126,8 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
     for _ in 0..RETRIES {
         let mut tx = conn.begin().await?;
         // The cursor before the reset: the update below is conditional on it.
-        let Some((from_tx, from_id)): Option<(Xid8, i64)> = sqlx::query_as(
-            "SELECT cursor_tx, cursor_id FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
+        let Some((from_tx, from_id, from_status)): Option<(Xid8, i64, Status)> = sqlx::query_as(
+            "SELECT cursor_tx, cursor_id, status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
         )
         .bind(name)
         .bind(SHARED_INSTANCE)
@@ -136,7 +143,7 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
                     .with_fix("fix the statements; nothing was changed")
             })?;
         }
-        let row: Option<(i64, Option<Xid8>, Option<i64>)> = sqlx::query_as(concat!(
+        let row: Option<(i64, Option<Xid8>, Option<i64>, Status)> = sqlx::query_as(concat!(
             "WITH s AS MATERIALIZED (SELECT ",
             fence!(),
             " AS fence),
@@ -154,7 +161,7 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
                     rebuild_target_tx = (SELECT tx_id FROM h), rebuild_target_id = (SELECT id FROM h),
                     updated_at = now()
               WHERE consumer = $1 AND instance_id = $5 AND cursor_tx = $3 AND cursor_id = $4
-             RETURNING rebuild_total, rebuild_target_tx, rebuild_target_id",
+             RETURNING rebuild_total, rebuild_target_tx, rebuild_target_id, status",
         ))
         .bind(name)
         .bind(&spec.event_types)
@@ -165,12 +172,23 @@ async fn rebuild_locked(conn: &mut PgConnection, name: &str, spec: &ConsumerSpec
         .bind(crate::shards::Status::Idle)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((total, target_tx, target_id)) = row else {
+        let Some((total, target_tx, target_id, to_status)) = row else {
             // A dispatcher's batch committed after the reset's snapshot: its rows may have
             // escaped the reset. Start again.
             tx.rollback().await?;
             continue;
         };
+        let change = audit::Change {
+            consumer: name,
+            instance_id: SHARED_INSTANCE,
+            action: "rebuilt",
+            detail: Some(format!("replaying {total} events")),
+            from_status,
+            to_status,
+            before: Position::from((from_tx, from_id)),
+            after: Position::ZERO,
+        };
+        audit::record(&mut tx, change, by).await?;
         notify::control(&mut *tx, name).await?;
         tx.commit().await?;
         let target = target_tx.zip(target_id).map(Position::from);
@@ -189,7 +207,7 @@ pub async fn bootstrap(pool: &PgPool, name: &str) -> Result<Bootstrapped> {
             .with_fix("add it to the spec and apply, or use `highwater consumer rebuild` to replay the log"));
     }
     let mut conn = pool.acquire().await?;
-    bootstrap_locked(&mut conn, name, &sql, false).await
+    bootstrap_locked(&mut conn, name, &sql, None).await
 }
 
 /// In one REPEATABLE READ transaction, so one snapshot S: `reset` (when `reset`), the bootstrap
@@ -198,7 +216,14 @@ pub async fn bootstrap(pool: &PgPool, name: &str) -> Result<Bootstrapped> {
 /// one stamped at or above its xmax, and those of transactions running or not yet committed when
 /// it was taken) are delivered afterwards: no gap, no duplicate. Retried when the shard row
 /// changed under the snapshot.
-async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, reset: bool) -> Result<Bootstrapped> {
+/// `rebuilt_by` is a rebuild's (which runs `reset` first and is audited); `None` is a bootstrap.
+async fn bootstrap_locked(
+    conn: &mut PgConnection,
+    name: &str,
+    sql: &SqlSink,
+    rebuilt_by: Option<&Audit>,
+) -> Result<Bootstrapped> {
+    let reset = rebuilt_by.is_some();
     let statements = sql.bootstrap.clone().unwrap_or_default();
     let mut attempt = 0;
     loop {
@@ -210,12 +235,21 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
             sqlx::query_as(concat!("SELECT ", fence!(), ", pg_snapshot_xmax(pg_current_snapshot())"))
                 .fetch_one(&mut *tx)
                 .await?;
+        // Read in the snapshot: a dispatcher's update after it makes the UPDATE below fail with
+        // 40001, which is retried.
+        let before: Option<(Xid8, i64, Status)> = sqlx::query_as(
+            "SELECT cursor_tx, cursor_id, status FROM highwater.consumer_shards WHERE consumer = $1 AND instance_id = $2",
+        )
+        .bind(name)
+        .bind(SHARED_INSTANCE)
+        .fetch_optional(&mut *tx)
+        .await?;
         let run = async {
             if reset && let Some(r) = &sql.reset {
                 sqlx::raw_sql(sqlx::AssertSqlSafe(r.clone())).execute(&mut *tx).await?;
             }
             sqlx::raw_sql(sqlx::AssertSqlSafe(statements.clone())).execute(&mut *tx).await?;
-            sqlx::query_scalar::<_, i32>(concat!(
+            sqlx::query_as::<_, (i32, Xid8, i64, Status)>(concat!(
                 "WITH seen AS (
                      SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM highwater.events
                       WHERE tx_id >= ",
@@ -235,7 +269,7 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
                         updated_at = now()
                    FROM seen, highwater.consumers c
                   WHERE c.name = s.consumer AND s.consumer = $1 AND s.instance_id = $2
-                 RETURNING cardinality(seen.ids)",
+                 RETURNING cardinality(seen.ids), s.cursor_tx, s.cursor_id, s.status",
             ))
             .bind(name)
             .bind(SHARED_INSTANCE)
@@ -245,7 +279,20 @@ async fn bootstrap_locked(conn: &mut PgConnection, name: &str, sql: &SqlSink, re
             .await
         };
         match run.await {
-            Ok(Some(seen)) => {
+            Ok(Some((seen, to_tx, to_id, to_status))) => {
+                if let (Some(by), Some((from_tx, from_id, from_status))) = (rebuilt_by, before) {
+                    let change = audit::Change {
+                        consumer: name,
+                        instance_id: SHARED_INSTANCE,
+                        action: "rebuilt",
+                        detail: Some("bootstrapped (events were pruned)".into()),
+                        from_status,
+                        to_status,
+                        before: Position::from((from_tx, from_id)),
+                        after: Position::from((to_tx, to_id)),
+                    };
+                    audit::record(&mut tx, change, by).await?;
+                }
                 notify::control(&mut *tx, name).await?;
                 tx.commit().await?;
                 return Ok(Bootstrapped { snapshot_xmin: xmin, snapshot_xmax: xmax, seen_in_window: seen as usize });

@@ -4,7 +4,10 @@ use std::{fmt, str::FromStr};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
-use super::transitions::{Action, Change, Transition, execute};
+use super::{
+    audit::Audit,
+    transitions::{Action, Change, Transition, execute},
+};
 use crate::{Error, Position, Result, Xid8};
 
 /// Where `rewind --to` puts a cursor.
@@ -177,8 +180,14 @@ async fn skips(conn: &mut PgConnection, scope: &super::scope::Scope, at: Positio
 /// target (a time or an event) that moves a cursor forward past undelivered events, naming how
 /// many: those events would never be delivered, and a mistyped date or id is the usual cause.
 /// [`rewind_skipping`] moves past them once that is confirmed; `latest` is such a move by name.
-pub async fn rewind(pool: &PgPool, consumer: &str, instance: Option<&str>, to: RewindTo) -> Result<Vec<Transition>> {
-    rewind_with(pool, consumer, instance, to, matches!(to, RewindTo::Latest)).await
+pub async fn rewind(
+    pool: &PgPool,
+    consumer: &str,
+    instance: Option<&str>,
+    to: RewindTo,
+    audit: &Audit,
+) -> Result<Vec<Transition>> {
+    rewind_with(pool, consumer, instance, to, matches!(to, RewindTo::Latest), audit).await
 }
 
 /// [`rewind`] that also moves cursors forward past undelivered events (confirmed by the user:
@@ -188,8 +197,9 @@ pub async fn rewind_skipping(
     consumer: &str,
     instance: Option<&str>,
     to: RewindTo,
+    audit: &Audit,
 ) -> Result<Vec<Transition>> {
-    rewind_with(pool, consumer, instance, to, true).await
+    rewind_with(pool, consumer, instance, to, true, audit).await
 }
 
 async fn rewind_with(
@@ -198,6 +208,7 @@ async fn rewind_with(
     instance: Option<&str>,
     to: RewindTo,
     skipping: bool,
+    audit: &Audit,
 ) -> Result<Vec<Transition>> {
     let mut conn = pool.acquire().await?;
     // An unknown consumer or instance is the first thing to report, before any target problem.
@@ -231,6 +242,7 @@ async fn rewind_with(
         consumer,
         instance,
         change,
+        audit,
         |_| Ok(()),
         |_, _| {
             "changed while rewinding, or its partition count is changing and the target lies beyond the \

@@ -8,7 +8,10 @@ use std::fmt;
 
 use sqlx::{PgPool, Row};
 
-use super::scope::{self, Scope, ShardState};
+use super::{
+    audit::{AUDIT_CTE, Audit},
+    scope::{self, Scope, ShardState},
+};
 use crate::{Error, Position, Result, notify, shards::Status};
 
 /// What a command did to one shard.
@@ -37,6 +40,26 @@ pub enum Action {
     Rewound {
         to: String,
     },
+}
+
+impl Action {
+    /// The name in `highwater.shard_changes.action`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Restarted => "restarted",
+            Action::Skipped { .. } => "skipped",
+            Action::Disabled => "disabled",
+            Action::Enabled => "enabled",
+            Action::Rewound { .. } => "rewound",
+        }
+    }
+
+    fn detail(&self) -> Option<String> {
+        match self {
+            Action::Rewound { to } => Some(format!("to {to}")),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Transition {
@@ -83,13 +106,15 @@ pub(super) struct Change {
     pub action: Action,
 }
 
-/// Runs `change` on every shard in scope for which it applies, or refuses with each shard's
-/// reason (`why_not`) when it applies to none.
+/// Runs `change` on every shard in scope for which it applies, recording each in
+/// `highwater.shard_changes` with `audit`, or refuses with each shard's reason (`why_not`) when it
+/// applies to none.
 pub(super) async fn execute(
     pool: &PgPool,
     consumer: &str,
     instance: Option<&str>,
     change: Change,
+    audit: &Audit,
     check: impl Fn(&Scope) -> Result<()>,
     why_not: impl Fn(&Scope, &ShardState) -> String,
 ) -> Result<Vec<Transition>> {
@@ -131,6 +156,7 @@ pub(super) async fn execute(
                        s.cursor_tx AS to_tx, s.cursor_id AS to_id, prev.failing_event_id,
                        prev.attempts AS prev_attempts, prev.last_error AS prev_error)
          {park}
+         {AUDIT_CTE}
          SELECT * FROM upd",
         applies = change.applies,
         set = change.set,
@@ -144,6 +170,10 @@ pub(super) async fn execute(
         .bind(Status::Idle)
         .bind(Status::Dead)
         .bind(Status::Disabled)
+        .bind(change.action.name())
+        .bind(change.action.detail())
+        .bind(&audit.by)
+        .bind(&audit.reason)
         .fetch_all(&mut *tx)
         .await?;
     if rows.is_empty() {
@@ -180,7 +210,7 @@ fn no_check(_: &Scope) -> Result<()> {
 
 /// Resumes dead shards: the cursor stays before the failing event, which is tried again with a
 /// fresh attempt count.
-pub async fn restart(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
+pub async fn restart(pool: &PgPool, consumer: &str, instance: Option<&str>, audit: &Audit) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "restart",
         applies: "s.status = $7",
@@ -191,7 +221,7 @@ pub async fn restart(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
         target: None,
         action: Action::Restarted,
     };
-    execute(pool, consumer, instance, change, no_check, |sc, s| {
+    execute(pool, consumer, instance, change, audit, no_check, |sc, s| {
         let (c, flag) = (&sc.consumer, sc.instance_flag(&s.instance_id));
         match s.status {
             Status::Idle => "is idle, not dead: it is delivering, there is nothing to restart".into(),
@@ -217,6 +247,7 @@ pub async fn skip(
     consumer: &str,
     instance: Option<&str>,
     event: Option<i64>,
+    audit: &Audit,
 ) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "skip the failing event of",
@@ -230,7 +261,7 @@ pub async fn skip(
         target: None,
         action: Action::Skipped { event_id: 0 },
     };
-    execute(pool, consumer, instance, change, no_check, |sc, s| {
+    execute(pool, consumer, instance, change, audit, no_check, |sc, s| {
         let (c, flag) = (&sc.consumer, sc.instance_flag(&s.instance_id));
         match (s.failing_event_id, event) {
             (None, _) => format!(
@@ -254,7 +285,7 @@ pub async fn skip(
 
 /// Stops delivery to shards: nothing is delivered, the cursor stays, nothing is lost (but
 /// `events prune` no longer waits for a disabled shard).
-pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
+pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>, audit: &Audit) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "disable",
         applies: "s.status <> $8",
@@ -265,12 +296,13 @@ pub async fn disable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> R
         target: None,
         action: Action::Disabled,
     };
-    execute(pool, consumer, instance, change, no_check, |_, _| "is already disabled (nothing to do)".into()).await
+    execute(pool, consumer, instance, change, audit, no_check, |_, _| "is already disabled (nothing to do)".into())
+        .await
 }
 
 /// Resumes disabled shards from their cursors. Refused while the consumer's definition says
 /// `suspend: true`: the definition is the switch then, and would contradict the shards.
-pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Result<Vec<Transition>> {
+pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>, audit: &Audit) -> Result<Vec<Transition>> {
     let change = Change {
         verb: "enable",
         applies: "s.status = $8 AND NOT s.bootstrap_pending",
@@ -291,7 +323,7 @@ pub async fn enable(pool: &PgPool, consumer: &str, instance: Option<&str>) -> Re
         }
         Ok(())
     };
-    execute(pool, consumer, instance, change, suspended, |sc, s| {
+    execute(pool, consumer, instance, change, audit, suspended, |sc, s| {
         let (c, flag) = (&sc.consumer, sc.instance_flag(&s.instance_id));
         match s.status {
             Status::Dead => {
