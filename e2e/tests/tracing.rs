@@ -44,6 +44,11 @@ async fn append_in(pool: &PgPool, traceparent: Option<&str>) -> i64 {
     id
 }
 
+/// The parent span id a `traceparent` names.
+fn span_of(traceparent: &str) -> &str {
+    traceparent.get(36..52).unwrap_or("")
+}
+
 fn event_id(span: &Value) -> Option<i64> {
     tag(span, "highwater.event.id").and_then(Value::as_i64)
 }
@@ -223,9 +228,14 @@ async fn an_unsampled_writer_gets_no_span_and_keeps_its_flags() {
     let last = append_in(&db.pool, Some(&sampled_tp)).await;
     wait_caught_up(&db.pool, "hook", last, Duration::from_secs(30)).await;
 
-    // The receiver gets the writer's traceparent as stored, flags included: it decides the same.
-    assert_eq!(rx.requests(UNSAMPLED), vec![unsampled_tp.clone()]);
-    assert_eq!(rx.requests(SAMPLED), vec![sampled_tp]);
+    // The receiver gets the writer's trace and flags (it decides the same), with the
+    // dispatcher's span as its parent instead of the writer's.
+    let unsampled_rx = rx.requests(UNSAMPLED);
+    assert_eq!(unsampled_rx.len(), 1, "{unsampled_rx:?}");
+    assert!(unsampled_rx[0].ends_with("-00") && span_of(&unsampled_rx[0]) != WRITER_SPAN, "{unsampled_rx:?}");
+    let sampled_rx = rx.requests(SAMPLED);
+    assert_eq!(sampled_rx.len(), 1, "{sampled_rx:?}");
+    assert!(sampled_rx[0].starts_with(&format!("00-{SAMPLED}-")) && sampled_rx[0].ends_with("-01"), "{sampled_rx:?}");
 
     // The sampled event's span reaches Jaeger (the later of the two: the exporter has run)...
     let span = highwater_e2e::wait_for("the sampled event's span", Duration::from_secs(30), || async {
@@ -235,6 +245,7 @@ async fn an_unsampled_writer_gets_no_span_and_keeps_its_flags() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
     assert_eq!(parent(&span), Some(WRITER_SPAN), "{span}");
+    assert_eq!(span["spanID"], span_of(&sampled_rx[0]), "the receiver's parent is the process span: {span}");
     // ...and the unsampled one's does not exist: not exported, not even ended as sampled.
     highwater_e2e::eventually("the sampled span counted as exported", Duration::from_secs(10), || async {
         d.metric("highwater_trace_spans_exported_total", &[]).await == Some(1.0)
@@ -257,7 +268,7 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
     let id = append_in(&db.pool, Some(&tp)).await;
     // Parked: the shard moved past it after its one failed attempt.
     wait_caught_up(&db.pool, "hook", id, Duration::from_secs(30)).await;
-    assert_eq!(rx.requests(REDRIVEN), vec![tp.clone()]);
+    assert_eq!(rx.requests(REDRIVEN).len(), 1);
 
     // Fixed; the operator redrives it (the CLI waits for the delivery).
     rx.failing.store(false, Ordering::SeqCst);
@@ -284,7 +295,10 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(rx.requests(REDRIVEN), vec![tp.clone(), tp], "the redrive carries the writer's traceparent again");
+    // Each request carries the writer's trace, sampled, under the span of its own delivery.
+    let requests = rx.requests(REDRIVEN);
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert!(requests.iter().all(|r| r.starts_with(&format!("00-{REDRIVEN}-")) && r.ends_with("-01")), "{requests:?}");
 
     // Two process spans in the writer's trace, both children of the writer's span: the failed
     // attempt and the redriven delivery.
@@ -304,6 +318,11 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
         assert_eq!(event_id(s), Some(id), "{s}");
     }
     assert_ne!(spans[0]["spanID"], spans[1]["spanID"]);
+    let mut sent: Vec<&str> = requests.iter().map(|r| span_of(r)).collect();
+    let mut made: Vec<&str> = spans.iter().map(|s| s["spanID"].as_str().unwrap_or("")).collect();
+    sent.sort();
+    made.sort();
+    assert_eq!(sent, made, "each request's parent is its delivery's process span");
 
     // The redrive itself is a span of the CLI (a root: an operation is in no event's trace), with
     // who asked, why, what and what came of it; so is a retention run.

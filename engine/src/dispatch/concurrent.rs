@@ -31,7 +31,7 @@ pub async fn deliver(
         .map(|indices| async move {
             for i in indices {
                 // The batch's attempt (its first event's), for the spans, as for one request.
-                let mut d = DeliveryContext { consumer, instance_id, attempt };
+                let mut d = DeliveryContext::new(consumer, instance_id, attempt);
                 if let Err(e) = sink.deliver(&mut d, std::slice::from_ref(&events[i])).await {
                     return Some(SinkError { index: i, ..e });
                 }

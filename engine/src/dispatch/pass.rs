@@ -543,7 +543,7 @@ async fn external(
             let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
             super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, b.events, key, n).await
         } else {
-            let mut d = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt };
+            let mut d = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, attempt);
             sink.deliver(&mut d, b.events).await
         };
         ctx.handler_took(started);

@@ -223,7 +223,7 @@ async fn external(
     job: &Job,
     event: &highwater_store::Event,
 ) -> Result<std::result::Result<bool, String>> {
-    let mut dc = DeliveryContext { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt: 1 };
+    let mut dc = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, 1);
     match sink.deliver(&mut dc, std::slice::from_ref(event)).await {
         Ok(()) => Ok(Ok(job.mark_done(ctx, conn).await?)),
         Err(e) => Ok(Err(e.message)),

@@ -37,12 +37,18 @@ impl ExternalSink for Measured<dyn ExternalSink> {
 
     async fn deliver(&self, ctx: &mut DeliveryContext<'_>, events: &[Event]) -> Result<(), SinkError> {
         let started = Instant::now();
-        // The `process` spans (issue 48): the one hook into delivery; nothing while tracing is off.
-        let traced = crate::trace::process::enabled().then(std::time::SystemTime::now);
+        // The `process` spans (issue 48), planned first so that the delivery carries them: the one
+        // hook into delivery; nothing while tracing is off.
+        let plans = crate::trace::plan::plan(&crate::trace::process::name(ctx.consumer), events);
+        if let Some(p) = &plans {
+            ctx.trace = p.iter().map(|p| p.outgoing.clone()).collect();
+        }
+        let traced = plans.is_some().then(std::time::SystemTime::now);
         let res = self.inner.deliver(ctx, events).await;
         self.observe(started, res.is_ok());
-        if let Some(at) = traced {
-            crate::trace::process::delivered(self.inner.kind(), ctx, events, at, &res);
+        if let (Some(at), Some(plans)) = (traced, plans) {
+            ctx.trace.clear();
+            crate::trace::process::delivered(self.inner.kind(), ctx, events, &plans, at, &res);
         }
         res
     }

@@ -64,6 +64,24 @@ pub struct DeliveryContext<'a> {
     pub instance_id: &'a str,
     /// The attempt of the batch's first event (`crate::trace::process::attempt`), for its span.
     pub attempt: i32,
+    /// While tracing: the trace context each event's delivery carries, one per event of the
+    /// batch (its `process` span: `crate::trace::plan`); empty otherwise, and each event then
+    /// carries its own ([`trace::Outgoing::of`]).
+    pub trace: Vec<trace::Outgoing>,
+}
+
+impl<'a> DeliveryContext<'a> {
+    pub fn new(consumer: &'a str, instance_id: &'a str, attempt: i32) -> Self {
+        DeliveryContext { consumer, instance_id, attempt, trace: Vec::new() }
+    }
+
+    /// The trace context the delivery of `events[index]` carries (`key`: its idempotency key).
+    pub fn outgoing(&self, index: usize, ev: &Event, key: &str) -> Option<trace::Outgoing> {
+        match self.trace.get(index) {
+            Some(t) => Some(t.clone()),
+            None => trace::Outgoing::of(ev, key),
+        }
+    }
 }
 
 /// The first event that could not be delivered; every event before `index` was.

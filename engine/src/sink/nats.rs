@@ -142,9 +142,9 @@ impl NatsSink {
         Ok(c)
     }
 
-    fn headers(&self, ctx: &DeliveryContext<'_>, ev: &Event) -> HeaderMap {
+    fn headers(&self, ctx: &DeliveryContext<'_>, index: usize, ev: &Event) -> HeaderMap {
         let mut h = HeaderMap::new();
-        for (k, v) in record::headers(ctx, ev) {
+        for (k, v) in record::headers(ctx, index, ev) {
             h.insert(k, v.as_str());
         }
         for (k, v) in &self.headers {
@@ -215,7 +215,7 @@ impl ExternalSink for NatsSink {
             };
             let msg = PublishMessage::build()
                 .payload(value.into())
-                .headers(self.headers(ctx, ev))
+                .headers(self.headers(ctx, index, ev))
                 .message_id(ev.id.to_string());
             match js.send_publish(subject.clone(), msg).await {
                 Ok(ack) => pending.push((subject, ack)),

@@ -90,7 +90,8 @@ pub fn value(kind: RecordValue, ctx: &DeliveryContext<'_>, ev: &Event) -> Result
 
 /// The headers every record carries (names in `highwater_crds::BROKER_HEADERS`); absent values
 /// (no version, system tenant, no correlation) are left out rather than sent empty.
-pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, String)> {
+/// The headers of `ev`, the batch's event at `index` (its trace context: [`DeliveryContext::outgoing`]).
+pub fn headers(ctx: &DeliveryContext<'_>, index: usize, ev: &Event) -> Vec<(&'static str, String)> {
     let mut h = vec![
         ("highwater-event-id", ev.id.to_string()),
         ("highwater-event-type", ev.event_type.clone()),
@@ -117,7 +118,11 @@ pub fn headers(ctx: &DeliveryContext<'_>, ev: &Event) -> Vec<(&'static str, Stri
     h.push(("highwater-created-at", ev.created_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)));
     h.push(("highwater-consumer", ctx.consumer.to_owned()));
     let key = idempotency_key(ctx.consumer, ev.id);
-    if let Some(trace) = trace::Outgoing::from_fields(parent, state, correlation.as_deref(), &key) {
+    let trace = match ctx.trace.get(index) {
+        Some(t) => Some(t.clone()),
+        None => trace::Outgoing::from_fields(parent, state, correlation.as_deref(), &key),
+    };
+    if let Some(trace) = trace {
         h.push(("traceparent", trace.traceparent));
         if let Some(state) = trace.tracestate {
             h.push(("tracestate", state));
@@ -158,8 +163,8 @@ mod tests {
 
     #[test]
     fn headers_carry_the_event_and_leave_absent_values_out() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
-        let h = headers(&ctx, &event());
+        let ctx = DeliveryContext::new("relay", "__shared__", 1);
+        let h = headers(&ctx, 0, &event());
         let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("highwater-event-id"), Some("42"));
         assert_eq!(get("highwater-stream-version"), Some("3"));
@@ -175,17 +180,17 @@ mod tests {
 
     #[test]
     fn the_writers_trace_goes_on_with_the_record() {
-        let ctx = DeliveryContext { consumer: "relay", instance_id: "__shared__", attempt: 1 };
+        let ctx = DeliveryContext::new("relay", "__shared__", 1);
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let mut ev = event();
         ev.metadata = serde_json::json!({"correlation_id": "c-1", "traceparent": tp, "tracestate": "a=b"}).into();
-        let h = headers(&ctx, &ev);
+        let h = headers(&ctx, 0, &ev);
         let get = |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("traceparent"), Some(tp));
         assert_eq!(get("tracestate"), Some("a=b"));
         assert!(highwater_crds::BROKER_HEADERS.contains(&"tracestate"));
         // Without it: the derived one, and no tracestate.
-        let h = headers(&ctx, &event());
+        let h = headers(&ctx, 0, &event());
         assert!(h.iter().all(|(n, _)| *n != "tracestate"));
     }
 }

@@ -79,14 +79,20 @@ pub fn is_valid_tracestate(ts: &str) -> bool {
 /// in), else the first 16 bytes of its SHA-256; the span id is the first 8 bytes of the SHA-256 of
 /// the idempotency key (the `webhook-id`). `None` without a correlation id.
 pub fn traceparent(correlation_id: Option<&str>, webhook_id: &str) -> Option<String> {
-    let cid = correlation_id.filter(|c| !c.is_empty())?;
-    let trace_id = match Uuid::parse_str(cid) {
+    let trace_id = derived_trace_id(correlation_id?)?;
+    let span_id = hex::encode(&Sha256::digest(webhook_id.as_bytes())[..8]);
+    Some(format!("00-{trace_id}-{span_id}-01"))
+}
+
+/// The trace id of [`traceparent`], in hex: the correlation id when it is a UUID, else the first
+/// 16 bytes of its SHA-256. `None` for an empty one.
+pub fn derived_trace_id(correlation_id: &str) -> Option<String> {
+    let cid = Some(correlation_id).filter(|c| !c.is_empty())?;
+    Some(match Uuid::parse_str(cid) {
         // The all-zero trace id is invalid in Trace Context; hash the nil UUID like any string.
         Ok(u) if !u.is_nil() => u.simple().to_string(),
         _ => hex::encode(&Sha256::digest(cid.as_bytes())[..16]),
-    };
-    let span_id = hex::encode(&Sha256::digest(webhook_id.as_bytes())[..8]);
-    Some(format!("00-{trace_id}-{span_id}-01"))
+    })
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER`/`_ARG`, `OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_BSP_*`).
 use highwater_store::{Error, Result};
+use opentelemetry_sdk::trace::Sampler;
 
 /// Export traces over OTLP/HTTP (protobuf).
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,23 @@ pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Result<Option<Config>> 
     Ok(Some(Config { service_named }))
 }
 
+/// The sampler `OTEL_TRACES_SAMPLER` (and `_ARG`) names, read as the SDK reads them (the SDK
+/// falls back to `parentbased_always_on` for a name it does not implement, and to the ratio 1.0
+/// for a missing or bad ratio). Built here, not by the SDK, because the spans are planned before
+/// their delivery with the same sampler (`super::plan`).
+pub fn sampler(env: impl Fn(&str) -> Option<String>) -> Sampler {
+    let ratio = || env("OTEL_TRACES_SAMPLER_ARG").and_then(|r| r.trim().parse::<f64>().ok()).unwrap_or(1.0);
+    let parent_based = |root: Sampler| Sampler::ParentBased(Box::new(root));
+    match env("OTEL_TRACES_SAMPLER").as_deref().map(str::trim) {
+        Some("always_on") => Sampler::AlwaysOn,
+        Some("always_off") => Sampler::AlwaysOff,
+        Some("traceidratio") => Sampler::TraceIdRatioBased(ratio()),
+        Some("parentbased_always_off") => parent_based(Sampler::AlwaysOff),
+        Some("parentbased_traceidratio") => parent_based(Sampler::TraceIdRatioBased(ratio())),
+        _ => parent_based(Sampler::AlwaysOn),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +80,22 @@ mod tests {
     fn cfg(vars: &[(&str, &str)]) -> Result<Option<Config>> {
         let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         from_env(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_sampler_is_the_one_the_sdk_would_read() {
+        let named = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            format!("{:?}", sampler(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())))
+        };
+        assert_eq!(named(&[]), "ParentBased(AlwaysOn)");
+        assert_eq!(named(&[("OTEL_TRACES_SAMPLER", "always_off")]), "AlwaysOff");
+        assert_eq!(
+            named(&[("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "0.01")]),
+            "ParentBased(TraceIdRatioBased(0.01))"
+        );
+        assert_eq!(named(&[("OTEL_TRACES_SAMPLER", "traceidratio")]), "TraceIdRatioBased(1.0)");
+        assert_eq!(named(&[("OTEL_TRACES_SAMPLER", "xray")]), "ParentBased(AlwaysOn)");
     }
 
     #[test]

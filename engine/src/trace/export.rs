@@ -1,6 +1,6 @@
 //! The tracer provider: OTLP/HTTP exporter behind the SDK's batch processor (its own thread and
 //! bounded queue, configured by `OTEL_BSP_*`), parent-based sampling unless `OTEL_TRACES_SAMPLER`
-//! says otherwise, and the resource from `OTEL_SERVICE_NAME`/`OTEL_RESOURCE_ATTRIBUTES`.
+//! says otherwise (`config::sampler`), and the resource from `OTEL_SERVICE_NAME`/`OTEL_RESOURCE_ATTRIBUTES`.
 use std::{sync::OnceLock, time::Duration};
 
 use opentelemetry::KeyValue;
@@ -38,7 +38,13 @@ pub fn init(cfg: Option<Config>, service: &str, instance: &str, group: &str) -> 
     if !cfg.service_named {
         resource = resource.with_service_name(service.to_owned());
     }
+    // The sampler and the ids are ours so that a span can be planned before its delivery
+    // (`super::plan`): the same sampler decides there and here, the planned ids are the span's.
+    let sampler = super::config::sampler(|k| std::env::var(k).ok());
+    let _ = super::plan::SAMPLER.set(sampler.clone());
     let provider = SdkTracerProvider::builder()
+        .with_sampler(sampler)
+        .with_id_generator(super::plan::PlannedIds::default())
         .with_span_processor(BatchSpanProcessor::builder(Counted(exporter)).build())
         .with_resource(resource.build())
         .build();

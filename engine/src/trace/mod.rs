@@ -8,12 +8,14 @@
 //! from its own thread: a delivery never waits for the backend, and spans the backend does not
 //! take are dropped and counted (`highwater_trace_spans_*_total`, [`counts`]).
 //!
-//! The one hook into delivery is [`process::delivered`], called by the sink wrapper
-//! (`sink::measured`) after each external delivery; nothing in `dispatch/` calls this module.
+//! The one hook into delivery is the sink wrapper (`sink::measured`): [`plan::plan`] before each
+//! external delivery (the ids the delivery carries to the receiver), [`process::delivered`] after
+//! it; nothing in `dispatch/` calls this module.
 pub mod config;
 pub mod counts;
 pub mod exemplar;
 mod export;
+pub mod plan;
 pub mod process;
 
 pub use export::{Tracing, init};

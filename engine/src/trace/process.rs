@@ -2,17 +2,16 @@
 //! semantic conventions (consumer side): kind `Consumer`, named `process {consumer}`, a child of
 //! the writer's span when the event carries its context (`traceparent`/`tracestate` in its
 //! metadata, stored by `highwater.append`), else the root of a trace of its own. Sampling is the
-//! writer's decision (parent-based) unless `OTEL_TRACES_SAMPLER` says otherwise.
-use std::{collections::HashMap, time::SystemTime};
+//! writer's decision (parent-based) unless `OTEL_TRACES_SAMPLER` says otherwise. Each span is
+//! planned before the delivery ([`super::plan`]), which carries it to the receiver.
+use std::time::SystemTime;
 
 use opentelemetry::{
-    Context, KeyValue,
-    propagation::TextMapPropagator,
+    KeyValue,
     trace::{Span, SpanKind, Status, Tracer},
 };
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-use super::{counts::COUNTS, export::TRACER};
+use super::{counts::COUNTS, export::TRACER, plan::Planned};
 use crate::sink::{DeliveryContext, SinkError};
 use highwater_store::{Event, shards::Shard};
 
@@ -61,38 +60,37 @@ pub fn outcomes<'e>(events: &'e [Event], result: &Result<(), SinkError>) -> impl
         .chain(failed.map(|_| (&events[delivered], Outcome::Failed)))
 }
 
-/// One span per event `deliver` handled (see [`outcomes`]), from `started` to now. Does nothing
-/// while tracing is off.
+/// The span name of `consumer`'s deliveries.
+pub fn name(consumer: &str) -> String {
+    format!("process {consumer}")
+}
+
+/// One span per event `deliver` handled (see [`outcomes`]), from `started` to now, with the ids
+/// `plans` (one per event of `events`) gave the delivery. Does nothing while tracing is off.
 pub fn delivered(
     sink: &'static str,
     ctx: &DeliveryContext<'_>,
     events: &[Event],
+    plans: &[Planned],
     started: SystemTime,
     result: &Result<(), SinkError>,
 ) {
     let Some(tracer) = TRACER.get() else { return };
-    let propagator = TraceContextPropagator::new();
-    for (i, (ev, outcome)) in outcomes(events, result).enumerate() {
-        let [parent, state, correlation] = ev.metadata.str_fields(["traceparent", "tracestate", "correlation_id"]);
-        let mut carrier = HashMap::new();
-        if let Some(p) = parent {
-            carrier.insert("traceparent".to_owned(), p);
-            if let Some(s) = state {
-                carrier.insert("tracestate".to_owned(), s);
-            }
-        }
-        // An invalid or absent traceparent extracts to no span: the span starts a trace.
-        let parent_cx = propagator.extract_with_context(&Context::new(), &carrier);
-        let mut span = tracer
-            .span_builder(format!("process {}", ctx.consumer))
-            .with_kind(SpanKind::Consumer)
-            .with_start_time(started)
-            .start_with_context(tracer, &parent_cx);
+    let name = name(ctx.consumer);
+    for ((i, (ev, outcome)), plan) in outcomes(events, result).enumerate().zip(plans) {
+        let mut span = plan.build(|| {
+            tracer
+                .span_builder(name.clone())
+                .with_kind(SpanKind::Consumer)
+                .with_start_time(started)
+                .start_with_context(tracer, &plan.parent)
+        });
         // The sampler decided (it reads the parent and the trace id, not the attributes): an
         // unsampled span records nothing, so its attributes are not even built.
         if !span.is_recording() {
             continue;
         }
+        let [correlation] = ev.metadata.str_fields(["correlation_id"]);
         let waited = started.duration_since(SystemTime::from(ev.created_at)).unwrap_or_default();
         let attempt = if i == 0 { ctx.attempt } else { 1 };
         let mut attributes = vec![
@@ -171,8 +169,8 @@ mod tests {
     fn off_makes_no_span() {
         // No init in unit tests: the call returns at once.
         assert!(!enabled());
-        let ctx = DeliveryContext { consumer: "c", instance_id: "__shared__", attempt: 1 };
-        delivered("log", &ctx, &events(2), SystemTime::now(), &Ok(()));
+        let ctx = DeliveryContext::new("c", "__shared__", 1);
+        delivered("log", &ctx, &events(2), &[], SystemTime::now(), &Ok(()));
         assert_eq!(COUNTS.ended.get(), 0);
     }
 }

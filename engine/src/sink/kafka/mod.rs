@@ -65,8 +65,8 @@ impl KafkaSink {
         })
     }
 
-    fn headers(&self, ctx: &DeliveryContext<'_>, ev: &Event) -> OwnedHeaders {
-        let own = record::headers(ctx, ev);
+    fn headers(&self, ctx: &DeliveryContext<'_>, index: usize, ev: &Event) -> OwnedHeaders {
+        let own = record::headers(ctx, index, ev);
         let mut h = OwnedHeaders::new_with_capacity(own.len() + self.headers.len());
         for (k, v) in &own {
             h = h.insert(Header { key: k, value: Some(v.as_bytes()) });
@@ -188,7 +188,7 @@ impl KafkaSink {
                 }
             };
             let key = record::key(self.key, ev);
-            let mut rec = FutureRecord::<[u8], [u8]>::to(&topic).payload(&value).headers(self.headers(ctx, ev));
+            let mut rec = FutureRecord::<[u8], [u8]>::to(&topic).payload(&value).headers(self.headers(ctx, index, ev));
             if let Some(k) = &key {
                 rec = rec.key(k);
             }

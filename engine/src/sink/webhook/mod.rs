@@ -155,14 +155,14 @@ impl ExternalSink for WebhookSink {
             let body = serde_json::to_vec(&all).map_err(encode)?;
             // The receiver acknowledges the array as a whole, so a failure fails every event in it.
             return self
-                .post(&id, body, trace::Outgoing::of(first, &id))
+                .post(&id, body, ctx.outgoing(0, first, &id))
                 .await
                 .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(0, message) });
         }
         for (index, ev) in events.iter().enumerate() {
             let id = idempotency_key(ctx.consumer, ev.id);
             let body = serde_json::to_vec(&Envelope::new(ctx, ev)).map_err(encode)?;
-            let trace = trace::Outgoing::of(ev, &id);
+            let trace = ctx.outgoing(index, ev, &id);
             self.post(&id, body, trace)
                 .await
                 .map_err(|(message, asked)| SinkError { backpressure: asked, ..SinkError::at(index, message) })?;
