@@ -1,7 +1,7 @@
 //! `spec.filter` (issue 49): refused at apply time by PostgreSQL itself (syntax with its place,
 //! not a boolean, an aggregate, a volatile function, another table), and applied in the read of
 //! real dispatchers: only the events it selects are delivered, in order, also to a partitioned
-//! consumer and across batches, while the cursor passes the others.
+//! consumer and across batches, while the cursor passes the others; the lag counts only them.
 mod common;
 
 use std::time::Duration;
@@ -128,4 +128,52 @@ async fn only_the_events_a_filter_selects_are_delivered_in_order() {
             .await
             .unwrap();
     assert_eq!(delivered, expected.len() as i64, "only the selected events were delivered");
+}
+
+/// `consumer status`'s lag (and so the lag metrics, the operator's status and the console) counts
+/// what a filtered consumer will receive: the events its filter selects, not every event of its
+/// types; partitions split that count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lag_of_a_filtered_consumer_counts_only_what_it_will_receive() {
+    let db = shared(&["OrderPlaced"]).await;
+    let filter = "filter: \"(payload->>'total')::numeric > 1000\"";
+    let sink = "sink: {log: {target: stderr}}";
+    apply(
+        &db.pool,
+        &[
+            consumer("all-orders", &format!("delivery: Shared\n{sink}")),
+            consumer("big-orders", &format!("delivery: Shared\n{filter}\n{sink}")),
+            consumer("big-parts", &format!("delivery: Shared\npartitions: 2\n{filter}\n{sink}")),
+        ]
+        .concat(),
+    )
+    .await;
+    // A dispatcher registers the shards, then is killed: nothing is delivered after.
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "p0", logs.path());
+    for (name, shards) in [("all-orders", 1), ("big-orders", 1), ("big-parts", 2)] {
+        wait_registered(&db.pool, name, shards).await;
+    }
+    drop(d);
+    let mut tx = db.pool.begin().await.unwrap();
+    let mut selected = 0;
+    for i in 0..40i64 {
+        let total = (i % 4) * 700;
+        append(&mut tx, &NewEvent::new("order", &format!("o-{i}"), "OrderPlaced", json!({"total": total})))
+            .await
+            .unwrap();
+        selected += i64::from(total > 1000);
+    }
+    tx.commit().await.unwrap();
+    let lag = |rows: &[highwater::ops::ShardStatus], name: &str| -> i64 {
+        rows.iter().filter(|r| r.consumer == name).map(|r| r.lag_events).sum()
+    };
+    let rows = highwater::ops::status(&db.pool, None).await.unwrap();
+    assert_eq!(lag(&rows, "all-orders"), 40, "{rows:?}");
+    assert_eq!(lag(&rows, "big-orders"), selected, "only the selected events: {rows:?}");
+    assert_eq!(lag(&rows, "big-parts"), selected, "the partitions together: {rows:?}");
+    let parts: Vec<i64> = rows.iter().filter(|r| r.consumer == "big-parts").map(|r| r.lag_events).collect();
+    assert!(parts.len() == 2 && parts.iter().all(|n| *n > 0), "each partition its share: {parts:?}");
+    let one = highwater::ops::status(&db.pool, Some("big-orders")).await.unwrap();
+    assert_eq!((one[0].lag_events, one[0].lag_seconds.is_some()), (selected, true), "{one:?}");
 }

@@ -116,10 +116,8 @@ fn remote(traceparent: &str, tracestate: Option<&str>) -> Option<SpanContext> {
     let trace_id = TraceId::from_hex(&traceparent[3..35]).ok()?;
     let span_id = SpanId::from_hex(&traceparent[36..52]).ok()?;
     let flags = u8::from_str_radix(&traceparent[53..55], 16).ok()?;
-    let state = tracestate
-        .filter(|s| is_valid_tracestate(s))
-        .and_then(|s| TraceState::from_str(s).ok())
-        .unwrap_or_default();
+    let state =
+        tracestate.filter(|s| is_valid_tracestate(s)).and_then(|s| TraceState::from_str(s).ok()).unwrap_or_default();
     Some(SpanContext::new(trace_id, span_id, TraceFlags::new(flags & TraceFlags::SAMPLED.to_u8()), true, state))
 }
 

@@ -1,7 +1,7 @@
 //! What operators look at: consumers, shards, lag.
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use highwater_crds::Delivery;
 
@@ -118,6 +118,58 @@ pub async fn status(pool: &PgPool, consumer: Option<&str>) -> Result<Vec<ShardSt
     status_where(pool, Filter { consumer, dispatcher: None }).await
 }
 
+/// The lag of shard `s` of consumer `c`: the events after its cursor of its types, in its
+/// partition, up to its barrier (`lag`, the oldest one's time, and `held`: those above the fence).
+macro_rules! lag_lateral {
+    () => {
+        concat!(
+            "SELECT count(*) AS lag, min(e.created_at) AS oldest,
+                    count(*) FILTER (WHERE e.tx_id >= ",
+            fence!(),
+            ") AS held
+               FROM highwater.events e
+              WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
+                AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))
+                AND (s.partition_count IS NULL
+                     OR highwater.stream_partition(e.stream_type, e.stream_id, s.partition_count) = s.partition_index)
+                AND (s.barrier_tx IS NULL OR (e.tx_id, e.id) <= (s.barrier_tx, s.barrier_id))"
+        )
+    };
+}
+
+/// The lag of the rows whose consumer has a `spec.filter`, which the status query leaves at 0:
+/// what those shards will deliver, so only the events the filter selects (issue 49), one query
+/// per such consumer with its filter in the read, as a pass reads.
+async fn filtered_lag(conn: &mut PgConnection, rows: &mut [ShardStatus]) -> Result<()> {
+    let mut names: Vec<&str> = rows.iter().map(|r| r.consumer.as_str()).collect();
+    names.dedup();
+    let filters: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, spec->>'filter' FROM highwater.consumers WHERE name = ANY ($1) AND spec ? 'filter'",
+    )
+    .bind(&names)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (consumer, filter) in filters {
+        // The filter was checked at apply (one expression, nothing volatile, the event only).
+        let sql = format!(
+            "SELECT s.instance_id, l.lag, l.held, extract(epoch FROM now() - l.oldest)::float8
+               FROM highwater.consumer_shards s
+               JOIN highwater.consumers c ON c.name = s.consumer
+               CROSS JOIN LATERAL ({lag} AND (\n{filter}\n)) l
+              WHERE s.consumer = $1",
+            lag = lag_lateral!(),
+        );
+        let lags: Vec<(String, i64, i64, Option<f64>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(&consumer).fetch_all(&mut *conn).await?;
+        for (instance, lag, held, seconds) in lags {
+            if let Some(r) = rows.iter_mut().find(|r| r.consumer == consumer && r.instance_id == instance) {
+                (r.lag_events, r.held_events, r.lag_seconds) = (lag, held, seconds);
+            }
+        }
+    }
+    Ok(())
+}
+
 pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatus>> {
     let (group, instance) = f.dispatcher.unzip();
     // With many shards the plan's estimated cost (one lateral count per shard) passes
@@ -146,17 +198,10 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
            FROM highwater.consumer_shards s
            JOIN highwater.consumers c ON c.name = s.consumer
            LEFT JOIN highwater.consumer_flow fl ON fl.consumer = s.consumer
-           LEFT JOIN LATERAL (
-                SELECT count(*) AS lag, min(e.created_at) AS oldest,
-                       count(*) FILTER (WHERE e.tx_id >= ",
-        fence!(),
-        ") AS held
-                  FROM highwater.events e
-                 WHERE e.tx_id >= s.cursor_tx AND (e.tx_id, e.id) > (s.cursor_tx, s.cursor_id)
-                   AND (cardinality(c.event_types) = 0 OR e.event_type = ANY (c.event_types))
-                   AND (s.partition_count IS NULL
-                        OR highwater.stream_partition(e.stream_type, e.stream_id, s.partition_count) = s.partition_index)
-                   AND (s.barrier_tx IS NULL OR (e.tx_id, e.id) <= (s.barrier_tx, s.barrier_id))) l ON true
+           LEFT JOIN LATERAL (",
+        lag_lateral!(),
+        "
+                   AND NOT c.spec ? 'filter') l ON true
           WHERE ($1::text IS NULL OR s.consumer = $1)
             AND ($2::text IS NULL OR (c.consumer_group = $2
                  AND (s.instance_id = $3 OR highwater.is_shared_shard(s.instance_id))))
@@ -167,6 +212,7 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
     .bind(instance)
     .fetch_all(&mut *tx)
     .await?;
+    filtered_lag(&mut tx, &mut rows).await?;
     tx.commit().await?;
     // One look at pg_stat_activity, and only while events wait above the fence.
     if rows.iter().any(|r| r.held_events > 0) {
