@@ -182,12 +182,20 @@ async fn operate(a: RunArgs) -> anyhow::Result<()> {
             }
         }
     };
+    // The operations its annotations run (restart, skip, rebuild, redrive, …) are spans of
+    // service `highwater-operator`, exported under the same OTEL_* variables as the dispatcher's
+    // (refused at start, as there, when they ask for what it cannot do).
+    let traces = highwater::trace::config::from_env(|k| std::env::var(k).ok())
+        .and_then(|cfg| highwater::trace::init(cfg, "highwater-operator", &identity, ""))?;
     if a.leader_election {
         leader::run(client.clone(), &a.lease_name, &a.lease_namespace, &identity, metrics.clone(), shutdown, lead)
             .await?;
     } else {
         metrics.leader.set(1);
         lead(shutdown).await;
+    }
+    if let Some(t) = traces {
+        t.shutdown(std::time::Duration::from_secs(2)).await;
     }
     tracing::info!("stopped");
     Ok(())

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use highwater::{NewEvent, append, dispatch};
+use highwater_e2e::jaeger::{Jaeger, parent, tag};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -191,7 +192,9 @@ spec:
 }
 
 /// `highwater.dev/rebuild`: resets the read model and replays every event, once per value, with a
-/// `Rebuilt` event; with events pruned (and no bootstrap) a `RebuildRefused` Warning instead.
+/// `Rebuilt` event; with events pruned (and no bootstrap) a `RebuildRefused` Warning instead. The
+/// operator exports both runs as spans (service `highwater-operator`) to a real Jaeger, and the
+/// rebuild is in the shard-change audit, by the annotation's field manager.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rebuild_annotation_rebuilds_once_per_value() {
     let w = world(&["Tick"]).await;
@@ -199,7 +202,11 @@ async fn the_rebuild_annotation_rebuilds_once_per_value() {
         .execute(&w.pool)
         .await
         .unwrap();
-    let _op = Operator::start(&w, "op-1", false);
+    let jaeger = Jaeger::start().await.expect("start jaeger");
+    let endpoint = jaeger.otlp_endpoint();
+    let otel = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "100")];
+    let args = ["--leader-election", "false"];
+    let _op = Operator::start_with_env(&w.cp, &w.url, w.logs.path(), "op-1", &args, &otel);
     let ec = r#"
 apiVersion: highwater.dev/v1alpha1
 kind: EventConsumer
@@ -262,6 +269,25 @@ spec:
     assert_eq!(total().await, 5, "nothing changed");
     stop.cancel();
     d.await.unwrap().unwrap();
+
+    let changes = highwater::ops::shard_changes(&w.pool, "totals", 10).await.unwrap();
+    let audit: Vec<(&str, &str)> = changes.iter().map(|c| (c.action.as_str(), c.changed_by.as_str())).collect();
+    assert_eq!(audit, [("rebuilt", "kubernetes:kubectl-annotate")], "the refused one changed nothing: {changes:?}");
+    // Both runs are spans of the operator: the rebuild with its outcome, the refusal as an error.
+    let runs = highwater_e2e::wait_for("the operator's two rebuild spans", Duration::from_secs(30), || async {
+        let spans = jaeger.spans("highwater-operator", "highwater rebuild").await?;
+        anyhow::Ok((spans.len() >= 2).then_some(spans))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    for run in &runs {
+        assert_eq!(tag(run, "highwater.operation.by"), Some(&json!("kubernetes:kubectl-annotate")), "{run}");
+        assert_eq!(parent(run), None, "an operation is a root span: {run}");
+    }
+    let outcomes: Vec<&str> =
+        runs.iter().filter_map(|r| tag(r, "highwater.operation.outcome").and_then(|v| v.as_str())).collect();
+    assert!(outcomes.iter().any(|o| o.contains("\"Replaying\"") && o.contains("\"total\":5")), "{runs:?}");
+    assert!(runs.iter().any(|r| tag(r, "error.type") == Some(&json!("operation_failed"))), "{runs:?}");
 }
 
 /// Two resources claiming one consumer name are refused, never merged; the owner keeps its rows.

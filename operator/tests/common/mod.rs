@@ -74,6 +74,18 @@ impl Operator {
 
     /// An operator against any database URL (one that may not answer yet), with extra arguments.
     pub fn start_at(cp: &ControlPlane, url: &str, logs: &Path, identity: &str, args: &[&str]) -> Operator {
+        Self::start_with_env(cp, url, logs, identity, args, &[])
+    }
+
+    /// [`Operator::start_at`] with extra environment variables (e.g. `OTEL_*`).
+    pub fn start_with_env(
+        cp: &ControlPlane,
+        url: &str,
+        logs: &Path,
+        identity: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
         let port = free_port().unwrap();
         let log = logs.join(format!("{identity}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
@@ -85,6 +97,7 @@ impl Operator {
             .env("POD_NAME", identity)
             .env("POD_NAMESPACE", "default")
             .env("HIGHWATER_LOG", "info,kube=warn,sqlx=warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
