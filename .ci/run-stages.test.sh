@@ -53,6 +53,7 @@ stub "$tree/e2e/pg/majors.sh" majors 'test result: ok. 2 passed; 0 failed\n' 'te
 stub "$tree/clients/typescript/test.sh" typescript 'ℹ pass 3\nℹ fail 0\n' 'ℹ pass 2\nℹ fail 1\n'
 stub "$tree/examples/nestjs-orders/test.sh" nestjs 'ℹ pass 2\nℹ fail 0\n' ''
 stub "$tree/console/browser/test.sh" console 'ℹ pass 7\nℹ fail 0\n' ''
+stub "$tree/e2e/trace-demo/test.sh" trace-demo 'ℹ pass 1\nℹ fail 0\n' ''
 stub "$tree/e2e/openapi/schemathesis.sh" schemathesis '' ''
 stub "$tree/clients/python/test.sh" python '======= 6 passed in 2.50s =======\n' '=== 1 failed, 5 passed in 2.50s ===\n'
 stub "$tree/clients/go/test.sh" go 'go test: 7 tests and subtests passed\n' ''
@@ -70,14 +71,14 @@ run() {
     rc=0
     (cd "$tree" && PATH="$scratch/bin:$PATH" FAIL="$1" bash .ci/run) >"$scratch/out" 2>&1 || rc=$?
 }
-all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers trace-backend release--oldest release--operator check majors cargo-test typescript nestjs console schemathesis python go"
+all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers trace-backend release--oldest release--operator check majors cargo-test typescript nestjs console trace-demo schemathesis python go"
 calls() { awk '{ printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
 
 run ""
 check "nothing fails: exit 0" test "$rc" = 0
 check "nothing fails: every stage ran, in order" test "$(calls)" = "$all_calls"
 check "nothing fails: the closing line is last and counts every runner" \
-    test "$(tail -1 "$scratch/out")" = "tests: 32 passed, 0 failed"
+    test "$(tail -1 "$scratch/out")" = "tests: 33 passed, 0 failed"
 check "nothing fails: no failed-stages line" bash -c "! grep -q '^failed stages' '$scratch/out'"
 
 run "cargo-fmt release--oldest majors python go"
@@ -85,9 +86,9 @@ check "five fail: exit 1" test "$rc" = 1
 check "five fail: every other stage ran; earlier releases stopped at its first failing command" \
     test "$(calls)" = "${all_calls/ release--operator/}"
 check "five fail: the failed stages, in order, before the closing line" test "$(tail -2 "$scratch/out" | head -1)" = \
-    "failed stages (5 of 16): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
+    "failed stages (5 of 17): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
 check "five fail: the closing line counts the failed tests" \
-    test "$(tail -1 "$scratch/out")" = "tests: 23 passed, 3 failed"
+    test "$(tail -1 "$scratch/out")" = "tests: 24 passed, 3 failed"
 
 if [ "$failures" -gt 0 ]; then
     echo "run-stages.test.sh: $failures checks failed; the last run's output:" >&2
