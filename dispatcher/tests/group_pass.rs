@@ -1,6 +1,7 @@
 //! The group pass (issue 46): the SQL-sink consumers of a dispatcher whose passes are due together
-//! are claimed, read and applied once, in one transaction. Each consumer still gets exactly its
-//! events, in order, once; one consumer's failure is its attempt alone; a consumer far behind
+//! are claimed, read and applied once, in one transaction, and its external-sink consumers are
+//! delivered from the same read, their cursors moved together. Each consumer still gets exactly
+//! its events, in order, once; one consumer's failure is its attempt alone; a consumer far behind
 //! catches up on its own reads; and SIGKILLs during a drain lose and repeat nothing.
 mod common;
 
@@ -141,7 +142,7 @@ async fn many_consumers_share_passes_and_each_gets_exactly_its_events_in_order()
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_each_got_exactly_its_events(&want, &applied(&db.pool).await);
 
-    let delivered = metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"delivered\"}").await;
+    let delivered = metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"delivered\",sink=\"sql\"}").await;
     let passes = metric(d.http_port, "highwater_group_passes_total").await;
     assert!(delivered > 0.0, "batches were delivered through the group");
     assert!(
@@ -231,7 +232,7 @@ async fn one_consumer_s_failure_is_its_attempt_alone() {
     )
     .await;
     assert_eq!(others, 0, "no other consumer counted an attempt");
-    assert!(metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"failed\"}").await >= 1.0);
+    assert!(metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"failed\",sink=\"sql\"}").await >= 1.0);
     // Every failed attempt counts as a sink error, the group's as the shard's own pass's.
     let errors = metric(d.http_port, "highwater_sink_errors_total{consumer=\"bad\",sink=\"sql\"}").await;
     assert_eq!(errors, 3.0, "bad's three failed attempts are sink errors");
@@ -310,5 +311,102 @@ async fn sigkills_during_group_passes_lose_and_repeat_nothing() {
     wait_applied(&db.pool, total).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_each_got_exactly_its_events(&want, &applied(&db.pool).await);
+    d.terminate(Duration::from_secs(20));
+}
+
+/// SQL and external consumers in one group: 12 log-sink consumers of overlapping types, 6 SQL
+/// ones and a webhook whose receiver does not exist. The log files hold exactly each consumer's
+/// events, in order, once; the passes went through the group, external members included; the
+/// webhook alone counts its attempts, and dies on its first event, with nobody else affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_sinks_share_the_group_s_reads_and_fail_alone() {
+    let db = setup_group().await;
+    let out = tempfile::tempdir().unwrap();
+    let n_sql = 6;
+    let mut docs = consumers(n_sql, 100, "");
+    let log_types = |k: usize| [type_name(k % TYPES), type_name((k + 3) % TYPES)];
+    for k in 0..12 {
+        let [a, b] = log_types(k);
+        let target = out.path().join(format!("log{k}.jsonl"));
+        docs.push_str(&consumer(
+            &format!("log{k}"),
+            &format!(
+                "delivery: Shared\nbatchSize: 100\neventTypes: [{a}, {b}]\nsink: {{log: {{target: '{}'}}}}",
+                target.display()
+            ),
+        ));
+    }
+    let port = highwater::embedded::free_port().unwrap();
+    docs.push_str(&consumer(
+        "hook",
+        &format!(
+            "delivery: Shared\nmaxAttempts: 2\nbackoff: {{initial: 50ms, max: 100ms}}\neventTypes: [T0]\nsink: {{webhook: {{url: 'http://127.0.0.1:{port}/in', timeout: 2s}}}}"
+        ),
+    ));
+    apply(&db.pool, &docs).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
+    d.serving().await;
+    let mut events = append_events(&db.pool, 600, 1, 0).await;
+    events.extend(append_events(&db.pool, 600, 3, 1).await);
+    events.extend(append_events(&db.pool, 1000, 500, 2).await);
+
+    let want = expected(n_sql, &events);
+    wait_applied(&db.pool, want.values().map(|v| v.len() as i64).sum()).await;
+    let read = |k: usize| -> Vec<i64> {
+        std::fs::read_to_string(out.path().join(format!("log{k}.jsonl")))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]["id"].as_i64().unwrap())
+            .collect()
+    };
+    let log_want: Vec<Vec<i64>> =
+        (0..12).map(|k| events.iter().filter(|(_, t)| log_types(k).contains(t)).map(|(id, _)| *id).collect()).collect();
+    eventually("every log consumer's events", Duration::from_secs(120), || async {
+        (0..12).all(|k| read(k).len() >= log_want[k].len())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (k, ids) in log_want.iter().enumerate() {
+        assert!(read(k) == *ids, "log{k}: exactly its {} events, in order, once", ids.len());
+    }
+    assert_each_got_exactly_its_events(&want, &applied(&db.pool).await);
+
+    let first_t0 = events.iter().find(|(_, t)| t == "T0").unwrap().0;
+    let pool = db.pool.clone();
+    eventually("hook to be dead", Duration::from_secs(60), || {
+        let pool = pool.clone();
+        async move {
+            scalar_i64(
+                &pool,
+                "SELECT count(*) FROM highwater.consumer_shards WHERE consumer = 'hook' AND status = 'dead'",
+            )
+            .await
+                == 1
+        }
+    })
+    .await;
+    let (attempts, failing, cursor_id): (i32, Option<i64>, i64) = sqlx::query_as(
+        "SELECT attempts, failing_event_id, cursor_id FROM highwater.consumer_shards WHERE consumer = 'hook'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((attempts, failing, cursor_id), (2, Some(first_t0), 0), "hook halted on its first event");
+    let others = scalar_i64(
+        &db.pool,
+        "SELECT count(*) FROM highwater.consumer_shards WHERE consumer <> 'hook' AND (attempts <> 0 OR status <> 'idle')",
+    )
+    .await;
+    assert_eq!(others, 0, "no other consumer counted an attempt");
+    // The log consumers' batches went through the group: at least one per consumer (each has a
+    // few hundred events: several batches), beside the SQL consumers' in the same passes.
+    let logged = metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"delivered\",sink=\"log\"}").await;
+    assert!(logged >= 12.0, "external members delivered through the group: {logged}");
+    let passes = metric(d.http_port, "highwater_group_passes_total").await;
+    let sql = metric(d.http_port, "highwater_group_pass_shards_total{outcome=\"delivered\",sink=\"sql\"}").await;
+    assert!(logged + sql >= 4.0 * passes, "a pass serves many of them: {logged} + {sql} in {passes} passes");
+    let errors = metric(d.http_port, "highwater_sink_errors_total{consumer=\"hook\",sink=\"webhook\"}").await;
+    assert_eq!(errors, 2.0, "the webhook's two failed attempts are sink errors");
     d.terminate(Duration::from_secs(20));
 }

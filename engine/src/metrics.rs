@@ -57,6 +57,8 @@ pub struct ReadAheadLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabels {
     pub outcome: &'static str,
+    /// The member's sink kind (`sql`, `webhook`, `log`, …).
+    pub sink: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,6 +1,8 @@
 //! The group pass (issue 46): the consumers of this dispatcher whose passes are due together
-//! (woken by the same head move) are claimed, loaded and read once, and their SQL sinks' batches
-//! and cursor moves commit in one transaction — per head move, not per consumer.
+//! (woken by the same head move) are claimed, loaded and read once; their SQL sinks' batches and
+//! cursor moves commit in one transaction, and their external sinks (webhook, Kafka, NATS, SSE,
+//! log) deliver concurrently, each consumer in its own order, their cursors moving together in one
+//! statement after the acknowledgements — per head move, not per consumer.
 //!
 //! Workers keep their state (backoff, halts, the lazy cursor, redrives): a worker whose pass is
 //! due asks the group ([`Group::pass`]) instead of running it, and gets either the outcome of
@@ -33,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use super::pass::{GroupFailure, Outcome, ShardCtx};
 use crate::{
     metrics::{GroupLabels, Metrics, SinkLabels},
-    sink::{Sink, SinkError},
+    sink::{ExternalSink, Sink, SinkError},
 };
 
 /// The most events one read of a group pass returns (headers only: a SQL sink reads bodies
@@ -83,16 +85,20 @@ impl Group {
         Group { tx }
     }
 
-    /// Whether this shard's passes may go through the group: a SQL sink of an unpartitioned
-    /// consumer that reads events as stored and does not skip streams (those read with their
-    /// own statements: partitions, upcasts, blocked streams).
+    /// Whether this shard's passes may go through the group: an unpartitioned consumer that
+    /// reads events as stored and does not skip streams (those read with their own statements:
+    /// partitions, upcasts, blocked streams), with a SQL sink, or an external sink without a rate
+    /// limit (whose tokens are taken per batch, in its own pass).
     pub fn serves(ctx: &ShardCtx) -> bool {
         ctx.partition.is_none()
             && ctx.spec.error_mode != ErrorMode::SkipStream
             && ctx.spec.event_versions.as_ref().and_then(|v| v.want()).is_none()
             // A filter runs in its consumer's own read (store/src/event_filter.rs).
             && ctx.spec.filter.is_none()
-            && matches!(&ctx.sink, Sink::Transactional(s) if s.statement().is_some())
+            && match &ctx.sink {
+                Sink::Transactional(s) => s.statement().is_some(),
+                Sink::External(_) => ctx.spec.rate_limit.is_none(),
+            }
     }
 
     /// This shard's part of the next group pass.
@@ -122,11 +128,21 @@ async fn run(pool: PgPool, metrics: Arc<Metrics>, mut rx: mpsc::UnboundedReceive
         }
         let now = Instant::now();
         slow.retain(|_, until| *until > now);
-        let (alone, requests): (Vec<Request>, Vec<Request>) =
+        let (alone, mut requests): (Vec<Request>, Vec<Request>) =
             requests.into_iter().partition(|r| slow.contains_key(&(r.ctx.consumer.clone(), r.ctx.instance_id.clone())));
         for r in alone {
-            metrics.group_parts.get_or_create(&GroupLabels { outcome: "alone" }).inc();
+            metrics.group_parts.get_or_create(&GroupLabels { outcome: "alone", sink: r.ctx.sink.kind() }).inc();
             let _ = r.reply.send(Reply::Alone);
+        }
+        // A lone external consumer drains faster alone: its own pass keeps its claim from batch
+        // to batch and reads the next batch while the sink works (there is no read to share).
+        if let [only] = &requests[..]
+            && matches!(only.ctx.sink, Sink::External(_))
+        {
+            let r = requests.pop().expect("one request");
+            metrics.group_parts.get_or_create(&GroupLabels { outcome: "alone", sink: r.ctx.sink.kind() }).inc();
+            let _ = r.reply.send(Reply::Alone);
+            continue;
         }
         if requests.is_empty() {
             continue;
@@ -155,7 +171,7 @@ async fn run(pool: PgPool, metrics: Arc<Metrics>, mut rx: mpsc::UnboundedReceive
                 Reply::Alone => "alone",
                 Reply::Failed(_) => "failed",
             };
-            metrics.group_parts.get_or_create(&GroupLabels { outcome }).inc();
+            metrics.group_parts.get_or_create(&GroupLabels { outcome, sink: r.ctx.sink.kind() }).inc();
             let _ = r.reply.send(reply);
         }
     }
@@ -199,7 +215,13 @@ struct Part<'a> {
     events: Vec<Event>,
     end: Position,
     more: bool,
-    statement: &'a Statement,
+    to: To<'a>,
+}
+
+/// Where a member's batch goes.
+enum To<'a> {
+    Sql(&'a Statement),
+    External(&'a dyn ExternalSink),
 }
 
 async fn claimed_pass(
@@ -253,7 +275,9 @@ async fn claimed_pass(
         };
         // No more than the members can take: together, their batch sizes.
         let limit = remaining.iter().map(|(i, _)| i64::from(ctxs[*i].spec.batch_size)).sum::<i64>().min(WINDOW);
-        let events = group::read(&mut s.conn, from, loaded.fence, &types, limit, false).await?;
+        // Bodies only for an external sink that sends them (a SQL sink reads them server-side).
+        let bodies = remaining.iter().any(|(i, _)| matches!(&ctxs[*i].sink, Sink::External(e) if e.needs_bodies()));
+        let events = group::read(&mut s.conn, from, loaded.fence, &types, limit, bodies).await?;
         s.reads += 1;
         // A full read may stop before the head: nobody's cursor passes its last event.
         let cut = (events.len() as i64 == limit).then(|| events.last().map(Event::position)).flatten();
@@ -262,9 +286,9 @@ async fn claimed_pass(
         remaining = rest;
         for (i, shard) in served {
             let c = ctxs[i];
-            let Some(statement) = (match &c.sink {
-                Sink::Transactional(s) => s.statement(),
-                Sink::External(_) => None,
+            let Some(to) = (match &c.sink {
+                Sink::Transactional(s) => s.statement().map(To::Sql),
+                Sink::External(e) => Some(To::External(&**e)),
             }) else {
                 continue;
             };
@@ -284,9 +308,101 @@ async fn claimed_pass(
                 replies[i] = Some(Reply::Done(Outcome::CaughtUp { cursor: shard.cursor }));
                 continue;
             }
-            parts.push(Part { i, shard, events: batch, end, more, statement });
+            parts.push(Part { i, shard, events: batch, end, more, to });
         }
     }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let (external, mut parts): (Vec<Part<'_>>, Vec<Part<'_>>) =
+        parts.into_iter().partition(|p| matches!(p.to, To::External(_)));
+    // The external deliveries run while the SQL members apply: they need no connection.
+    let delivering = deliver_all(ctxs, &external);
+    let (delivered, applied) = tokio::join!(delivering, apply_sql(s, ctxs, &mut parts, replies, slow));
+    applied?;
+    settle_external(s, ctxs, external, delivered, replies, slow).await
+}
+
+/// Every external member's batch through its sink, concurrently (each consumer's in its order).
+async fn deliver_all(ctxs: &[&ShardCtx], parts: &[Part<'_>]) -> Vec<(Result<(), SinkError>, Duration)> {
+    futures::future::join_all(parts.iter().map(|p| async move {
+        let started = Instant::now();
+        let To::External(sink) = p.to else { unreachable!("external parts only") };
+        let res = if p.events.is_empty() {
+            Ok(())
+        } else {
+            super::pass::deliver_external(ctxs[p.i], sink, &p.shard, &p.events).await
+        };
+        (res, started.elapsed())
+    }))
+    .await
+}
+
+/// After the acknowledgements: the cursors of the members whose batch was delivered move in one
+/// statement; a failed batch is handled as the member's own pass handles it (the events before
+/// the failure delivered, the attempt counted, backoff, dead shard or dead letter, the receiver's
+/// pause or `410`). A member that took longer than [`BOUND`] delivers alone for [`SLOW_FOR`]:
+/// the group waits for its slowest member.
+async fn settle_external(
+    s: &mut Session,
+    ctxs: &[&ShardCtx],
+    parts: Vec<Part<'_>>,
+    delivered: Vec<(Result<(), SinkError>, Duration)>,
+    replies: &mut [Option<Reply>],
+    slow: &mut HashMap<(String, String), Instant>,
+) -> Result<()> {
+    let mut done = Vec::new();
+    for (p, (res, took)) in parts.into_iter().zip(delivered) {
+        let c = ctxs[p.i];
+        if took > BOUND {
+            tracing::info!(consumer = %c.consumer, instance = %c.instance_id, took = ?took, bound = ?BOUND, alone_for = ?SLOW_FOR,
+                "a delivery ran past the group pass's bound: this consumer delivers alone for a while");
+            slow.insert((c.consumer.clone(), c.instance_id.clone()), Instant::now() + SLOW_FOR);
+        }
+        match res {
+            Ok(()) => done.push(p),
+            Err(err) => {
+                let outcome = super::pass::external_failed(c, &mut s.conn, &p.shard, &p.events, err).await?;
+                replies[p.i] = Some(Reply::Done(outcome));
+            }
+        }
+    }
+    let moves: Vec<Move<'_>> = done
+        .iter()
+        .map(|p| Move {
+            consumer: &p.shard.consumer,
+            instance_id: &p.shard.instance_id,
+            from: p.shard.cursor,
+            to: p.end,
+            delivered: p.events.len() as i64,
+        })
+        .collect();
+    let moved: HashSet<(String, String)> =
+        group::advance_all(&mut s.conn, &moves).await?.into_iter().map(|r| (r.consumer, r.instance_id)).collect();
+    for p in done {
+        let c = ctxs[p.i];
+        replies[p.i] =
+            Some(Reply::Done(if !moved.contains(&(p.shard.consumer.clone(), p.shard.instance_id.clone())) {
+                // Changed under the pass (a rewind, a restart): its events go again, as after a crash.
+                Outcome::Changed
+            } else if p.events.is_empty() && !p.more {
+                Outcome::CaughtUp { cursor: p.end }
+            } else {
+                c.acknowledged(&p.events);
+                Outcome::Delivered { cursor: p.end, more: p.more }
+            }));
+    }
+    Ok(())
+}
+
+/// The SQL members' batches and cursor moves, in one transaction.
+async fn apply_sql(
+    s: &mut Session,
+    ctxs: &[&ShardCtx],
+    parts: &mut Vec<Part<'_>>,
+    replies: &mut [Option<Reply>],
+    slow: &mut HashMap<(String, String), Instant>,
+) -> Result<()> {
     if parts.is_empty() {
         return Ok(());
     }
@@ -295,8 +411,8 @@ async fn claimed_pass(
         let mut seen = HashSet::new();
         parts
             .iter()
-            .filter(|p| !p.events.is_empty() && !s.prepared.contains(&key(p.statement)))
-            .map(|p| p.statement)
+            .filter(|p| !p.events.is_empty() && !s.prepared.contains(&key(statement(p))))
+            .map(statement)
             .filter(|st| seen.insert(key(st)))
             .collect()
     };
@@ -307,13 +423,13 @@ async fn claimed_pass(
             }
         }
         // A statement that cannot be prepared: its own pass says why.
-        parts.retain(|p| p.events.is_empty() || s.prepared.contains(&key(p.statement)));
+        parts.retain(|p| p.events.is_empty() || s.prepared.contains(&key(statement(p))));
     }
     let started = Instant::now();
     let members: Vec<Member<'_>> = parts
         .iter()
         .map(|p| Member {
-            statement: p.statement,
+            statement: statement(p),
             who: (p.shard.consumer.as_str(), p.shard.instance_id.as_str()),
             events: &p.events,
             advance: Move {
@@ -327,7 +443,7 @@ async fn claimed_pass(
         .collect();
     let verdicts = apply_all(&mut s.conn, &members, BOUND).await?;
     let took = started.elapsed().as_secs_f64();
-    for (p, verdict) in parts.into_iter().zip(verdicts) {
+    for (p, verdict) in parts.drain(..).zip(verdicts) {
         let c = ctxs[p.i];
         replies[p.i] = Some(match verdict {
             Verdict::Alone => Reply::Alone,
@@ -362,6 +478,14 @@ async fn claimed_pass(
         });
     }
     Ok(())
+}
+
+/// A SQL member's statement.
+fn statement<'a>(p: &Part<'a>) -> &'a Statement {
+    match p.to {
+        To::Sql(st) => st,
+        To::External(_) => unreachable!("SQL parts only"),
+    }
 }
 
 fn key(s: &Statement) -> (&'static str, String) {

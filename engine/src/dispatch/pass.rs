@@ -536,19 +536,7 @@ async fn external(
     b: Pass<'_>,
     next: &mut Option<(Shard, Batch)>,
 ) -> Result<Outcome> {
-    let delivery = async {
-        let started = Instant::now();
-        let attempt = crate::trace::process::attempt(b.shard, b.events);
-        let res = if ctx.spec.concurrency > 1 {
-            let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
-            super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, b.events, key, n).await
-        } else {
-            let mut d = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, attempt);
-            sink.deliver(&mut d, b.events).await
-        };
-        ctx.handler_took(started);
-        res
-    };
+    let delivery = deliver_external(ctx, sink, b.shard, b.events);
     // The read ahead knows no filter: a filtered consumer reads each batch at its pass.
     let (res, ahead) = if b.full && b.shard.barrier.is_none() && ctx.spec.filter.is_none() {
         let types = &ctx.spec.event_types;
@@ -588,31 +576,62 @@ async fn external(
             if ahead.is_some() {
                 ctx.read_ahead(false);
             }
-            let index = err.index.min(b.events.len() - 1);
-            match err.backpressure {
-                Some(Backpressure::Gone) => {
-                    return super::flow::gone(ctx, conn, b.shard, b.events, index, &err.message).await;
-                }
-                Some(Backpressure::Pause(pause)) if pause <= super::flow::FREE_PAUSE => {
-                    return super::flow::paused(ctx, conn, b.shard, b.events, index, pause, &err.message).await;
-                }
-                _ => {}
-            }
-            let mut failure = failure(ctx, b.shard, b.events, index, err.message);
-            // Past the bound the attempt counts; the next one still waits as long as asked (up
-            // to a cap), so that a long pause is not hammered by a short backoff.
-            if let (Some(Backpressure::Pause(pause)), FailureOutcome::Retry(delay)) =
-                (err.backpressure, failure.outcome)
-            {
-                failure.outcome = FailureOutcome::Retry(delay.max(pause.min(super::flow::LONGEST_PAUSE)));
-            }
-            if shards::record_failure(conn, b.shard, b.shard.cursor, &failure).await? {
-                ctx.failed(&failure, b.events);
-                Ok(after_failure(&failure))
-            } else {
-                Ok(Outcome::Changed)
-            }
+            external_failed(ctx, conn, b.shard, b.events, err).await
         }
+    }
+}
+
+/// `events` through an external sink, `spec.concurrency` at a time (ordered by key), timed.
+pub(super) async fn deliver_external(
+    ctx: &ShardCtx,
+    sink: &dyn ExternalSink,
+    shard: &Shard,
+    events: &[highwater_store::Event],
+) -> Result<(), SinkError> {
+    let started = Instant::now();
+    let attempt = crate::trace::process::attempt(shard, events);
+    let res = if ctx.spec.concurrency > 1 {
+        let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
+        super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, events, key, n).await
+    } else {
+        let mut d = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, attempt);
+        sink.deliver(&mut d, events).await
+    };
+    ctx.handler_took(started);
+    res
+}
+
+/// An external delivery of `events` (the shard as loaded) failed with `err`: the events before it
+/// are delivered; the receiver's `410`/pause, or a failed attempt with its backoff, dead shard or
+/// dead letter, as `spec` says. Its own pass and the group pass (dispatch/group.rs) both end here.
+pub(super) async fn external_failed(
+    ctx: &ShardCtx,
+    conn: &mut PgConnection,
+    shard: &Shard,
+    events: &[highwater_store::Event],
+    err: SinkError,
+) -> Result<Outcome> {
+    let index = err.index.min(events.len() - 1);
+    match err.backpressure {
+        Some(Backpressure::Gone) => {
+            return super::flow::gone(ctx, conn, shard, events, index, &err.message).await;
+        }
+        Some(Backpressure::Pause(pause)) if pause <= super::flow::FREE_PAUSE => {
+            return super::flow::paused(ctx, conn, shard, events, index, pause, &err.message).await;
+        }
+        _ => {}
+    }
+    let mut failure = failure(ctx, shard, events, index, err.message);
+    // Past the bound the attempt counts; the next one still waits as long as asked (up to a
+    // cap), so that a long pause is not hammered by a short backoff.
+    if let (Some(Backpressure::Pause(pause)), FailureOutcome::Retry(delay)) = (err.backpressure, failure.outcome) {
+        failure.outcome = FailureOutcome::Retry(delay.max(pause.min(super::flow::LONGEST_PAUSE)));
+    }
+    if shards::record_failure(conn, shard, shard.cursor, &failure).await? {
+        ctx.failed(&failure, events);
+        Ok(after_failure(&failure))
+    } else {
+        Ok(Outcome::Changed)
     }
 }
 
