@@ -273,8 +273,17 @@ async fn claimed_pass(
             let set: HashSet<&String> = remaining.iter().flat_map(|(i, _)| &ctxs[*i].spec.event_types).collect();
             set.into_iter().cloned().collect()
         };
-        // No more than the members can take: together, their batch sizes.
-        let limit = remaining.iter().map(|(i, _)| i64::from(ctxs[*i].spec.batch_size)).sum::<i64>().min(WINDOW);
+        // No more than the members can take: together, their batch sizes, counting members of the
+        // same types once (their batches are the same events), so ten consumers of every type
+        // read one batch, not ten.
+        let mut by_types: HashMap<Vec<&String>, i64> = HashMap::new();
+        for (i, _) in &remaining {
+            let mut types: Vec<&String> = ctxs[*i].spec.event_types.iter().collect();
+            types.sort();
+            let size = by_types.entry(types).or_default();
+            *size = (*size).max(i64::from(ctxs[*i].spec.batch_size));
+        }
+        let limit = by_types.values().sum::<i64>().min(WINDOW);
         // Bodies only for an external sink that sends them (a SQL sink reads them server-side).
         let bodies = remaining.iter().any(|(i, _)| matches!(&ctxs[*i].sink, Sink::External(e) if e.needs_bodies()));
         let events = group::read(&mut s.conn, from, loaded.fence, &types, limit, bodies).await?;
