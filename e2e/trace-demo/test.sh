@@ -27,32 +27,9 @@ for f in "$HIGHWATER_BIN" "$PG_BIN/initdb" "$PG_BIN/pg_ctl" "$PG_BIN/psql" "$CHR
 done
 jaeger_bin="$("$repo/e2e/trace-backend/build.sh")"
 
-tmp="$(mktemp -d "${TMPDIR:-/tmp}/highwater-trace-demo.XXXXXX")"
-pgdata="$tmp/pg/data"
-chmod 711 "$tmp"
-pids=()
-as_pg=()
-if [ "$(id -u)" = 0 ]; then
-    pg_user=postgres
-    id -u postgres >/dev/null 2>&1 || pg_user=nobody
-    as_pg=(runuser -u "$pg_user" --)
-fi
-cleanup() {
-    local rc=$?
-    set +e
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    if [ -f "$pgdata/postmaster.pid" ]; then
-        "${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$pgdata" -m immediate -w stop >/dev/null 2>&1
-    fi
-    if [ "$rc" != 0 ]; then
-        for log in "$tmp"/*.log; do [ -e "$log" ] && { echo "--- $log"; tail -n 40 "$log"; }; done
-    fi
-    rm -rf "$tmp"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=../pg/throwaway.sh
+. "$repo/e2e/pg/throwaway.sh"
+throwaway_begin highwater-trace-demo
 
 # The client as this repository builds it (the package's own install routes are tested by
 # clients/typescript/test.sh), then the demo's pinned packages.
@@ -61,15 +38,7 @@ trap 'exit 130' INT TERM
 cd "$here"
 npm ci --no-audit --no-fund --loglevel=error
 
-free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
-mkdir -p "$tmp/pg"
-if [ ${#as_pg[@]} -gt 0 ]; then chown -R "$pg_user" "$tmp/pg"; fi
-port="$(free_port)"
-"${as_pg[@]}" "$PG_BIN/initdb" -U postgres -A trust -E UTF8 --locale=C --no-sync --no-instructions -D "$pgdata" >/dev/null
-"${as_pg[@]}" "$PG_BIN/pg_ctl" -D "$pgdata" -l "$tmp/pg/postgres.log" -w -t 60 \
-    -o "-p $port -k $tmp/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-    start >/dev/null
-export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+throwaway_pg
 
 # Jaeger on free loopback ports, in memory (the configuration of e2e/src/jaeger.rs).
 otlp_port="$(free_port)" query_port="$(free_port)" query_grpc="$(free_port)"
