@@ -218,6 +218,19 @@ struct Part<'a> {
     to: To<'a>,
 }
 
+impl Part<'_> {
+    /// Its cursor's move: from the cursor as loaded to `end`, its events delivered.
+    fn movement(&self) -> Move<'_> {
+        Move {
+            consumer: &self.shard.consumer,
+            instance_id: &self.shard.instance_id,
+            from: self.shard.cursor,
+            to: self.end,
+            delivered: self.events.len() as i64,
+        }
+    }
+}
+
 /// Where a member's batch goes.
 enum To<'a> {
     Sql(&'a Statement),
@@ -376,16 +389,7 @@ async fn settle_external(
             }
         }
     }
-    let moves: Vec<Move<'_>> = done
-        .iter()
-        .map(|p| Move {
-            consumer: &p.shard.consumer,
-            instance_id: &p.shard.instance_id,
-            from: p.shard.cursor,
-            to: p.end,
-            delivered: p.events.len() as i64,
-        })
-        .collect();
+    let moves: Vec<Move<'_>> = done.iter().map(Part::movement).collect();
     let moved: HashSet<(String, String)> =
         group::advance_all(&mut s.conn, &moves).await?.into_iter().map(|r| (r.consumer, r.instance_id)).collect();
     for p in done {
@@ -441,13 +445,7 @@ async fn apply_sql(
             statement: statement(p),
             who: (p.shard.consumer.as_str(), p.shard.instance_id.as_str()),
             events: &p.events,
-            advance: Move {
-                consumer: &p.shard.consumer,
-                instance_id: &p.shard.instance_id,
-                from: p.shard.cursor,
-                to: p.end,
-                delivered: p.events.len() as i64,
-            },
+            advance: p.movement(),
         })
         .collect();
     let verdicts = apply_all(&mut s.conn, &members, BOUND).await?;
