@@ -355,3 +355,67 @@ async fn a_redriven_delivery_is_a_new_span_in_the_events_trace() {
     let outcome = tag(&run, "highwater.operation.outcome").and_then(Value::as_str).unwrap_or("");
     assert_eq!(outcome.trim(), printed.trim(), "the span holds what the run printed: {run}");
 }
+
+/// A Kafka record carries the trace on to whoever reads it: a real broker, a consumer with a
+/// Kafka sink, and a real Kafka consumer reading the record. Its `traceparent` header is in the
+/// writer's trace with the dispatcher's `process` span (in Jaeger, a child of the writer's span)
+/// as its parent, so a Kafka consumer's span continues the trace from the header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_record_carries_the_process_span_to_its_consumer() {
+    use highwater_e2e::brokers::kafka::{Kafka, KafkaOptions};
+    use rdkafka::{
+        ClientConfig, Message,
+        consumer::{Consumer, StreamConsumer},
+        message::Headers,
+    };
+    const KAFKA_TRACE: &str = "44444444444444444444444444444444";
+    let jaeger = Jaeger::start().await.expect("start jaeger");
+    let kafka =
+        Kafka::start(KafkaOptions { auto_create_topics: true, ..KafkaOptions::default() }).await.expect("kafka");
+    let bootstrap = kafka.bootstrap();
+    let db = db().await;
+    let spec = format!(
+        "delivery: Shared\nsink:\n  kafka:\n    brokers: [\"{bootstrap}\"]\n    topic: orders\n    timeout: 10s\n"
+    );
+    apply(&db, "relay", &spec).await;
+    let logs = tempfile::tempdir().unwrap();
+    let endpoint = jaeger.otlp_endpoint();
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", SERVICE),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let _d = dispatcher(&db.url, logs.path(), &otel);
+    let id = append_in(&db.pool, Some(&format!("00-{KAFKA_TRACE}-{WRITER_SPAN}-01"))).await;
+    wait_caught_up(&db.pool, "relay", id, Duration::from_secs(60)).await;
+
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "trace-reader")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    consumer.subscribe(&["orders"]).expect("subscribe");
+    let record = tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+        .await
+        .expect("a record within 60 s")
+        .expect("read the record");
+    let header = |name: &str| {
+        record.headers().and_then(|h| {
+            h.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    };
+    assert_eq!(header("highwater-event-id"), Some(id.to_string()));
+    let tp = header("traceparent").expect("a traceparent header");
+    assert!(tp.starts_with(&format!("00-{KAFKA_TRACE}-")) && tp.ends_with("-01"), "{tp}");
+
+    let span = highwater_e2e::wait_for("the Kafka delivery's span", Duration::from_secs(30), || async {
+        let spans = jaeger.trace(KAFKA_TRACE).await?;
+        anyhow::Ok(spans.into_iter().find(|s| s["operationName"] == "process relay"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    assert_eq!(parent(&span), Some(WRITER_SPAN), "{span}");
+    assert_eq!(tag(&span, "highwater.sink"), Some(&json!("kafka")), "{span}");
+    assert_eq!(span["spanID"], span_of(&tp), "the record's parent is the process span: {span}");
+}

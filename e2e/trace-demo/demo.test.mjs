@@ -3,7 +3,8 @@
 // with @highwater/client inside its span, and an email service (service `email-service`) whose
 // webhook endpoint continues the trace from the request's `traceparent`; test.sh runs PostgreSQL,
 // `highwater dispatch` exporting its spans, and Jaeger. Jaeger's query API must return one trace
-// of three spans, each the child of the one before: writer → `process order-emails` → receiver.
+// of four spans, each the child of the one before: the request → its append → `process
+// order-emails` → the receiver.
 // The trace is then drawn as a waterfall in Debian's Chromium for docs/observability.md.
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -101,7 +102,7 @@ function waterfall(traceId, spans) {
     .bar{position:absolute;top:12px;height:14px;border-radius:3px}
     .ms{font-size:12px;color:#495057;margin-left:6px} .axis td{border:0;font-size:12px;color:#495057;padding-top:2px}</style>
     <h1>Trace ${esc(traceId)}</h1>
-    <p>${spans.length} spans from Jaeger's query API: the writer's request, highwater's delivery, the receiver.</p>
+    <p>${spans.length} spans from Jaeger's query API: the writer's request and its append, highwater's delivery, the receiver.</p>
     <table>${rows}<tr class="axis"><td></td><td><span>0 ms</span><span style="float:right">${(total / 1000).toFixed(1)} ms after the request began</span></td></tr></table>`;
 }
 
@@ -114,12 +115,18 @@ test('one trace runs from the writer through the dispatcher to the receiver', as
   // The order service's request: the append inside its span stores the span's context.
   let traceId;
   let writerSpan;
-  await shop.getTracer('order-service').startActiveSpan('POST /orders', { kind: SpanKind.SERVER }, async (span) => {
-    ({ traceId, spanId: writerSpan } = span.spanContext());
+  const tracer = shop.getTracer('order-service');
+  await tracer.startActiveSpan('POST /orders', { kind: SpanKind.SERVER }, async (span) => {
+    traceId = span.spanContext().traceId;
     const db = new pg.Client({ connectionString: DATABASE_URL });
     await db.connect();
     await db.query('BEGIN');
-    await append(db, { streamType: 'order', streamId: 'o-42', type: 'OrderPlaced', payload: { total: 99.5 } });
+    // The application's own span around the append: the event carries this span's context.
+    await tracer.startActiveSpan('append OrderPlaced', { kind: SpanKind.CLIENT }, async (a) => {
+      writerSpan = a.spanContext().spanId;
+      await append(db, { streamType: 'order', streamId: 'o-42', type: 'OrderPlaced', payload: { total: 99.5 } });
+      a.end();
+    });
     await db.query('COMMIT');
     await db.end();
     span.end();
@@ -131,18 +138,20 @@ test('one trace runs from the writer through the dispatcher to the receiver', as
   assert.notEqual(delivery.traceparent.slice(36, 52), writerSpan, "the receiver's parent is highwater's span");
   await Promise.all([shop.forceFlush(), mail.forceFlush()]);
 
-  const spans = await eventually('three spans of the trace in Jaeger', 30, async () => {
+  const spans = await eventually('four spans of the trace in Jaeger', 30, async () => {
     const s = await jaegerTrace(traceId);
-    return s.length >= 3 && s;
+    return s.length >= 4 && s;
   });
   const by = (name) => spans.find((s) => s.name === name) ?? assert.fail(`no span ${name}: ${JSON.stringify(spans)}`);
-  const writer = by('POST /orders');
+  const request = by('POST /orders');
+  const writer = by('append OrderPlaced');
   const processing = by('process order-emails');
   const email = by('POST /hooks/order-placed');
   assert.deepEqual(
-    [writer, processing, email].map((s) => [s.service, s.parent]),
+    [request, writer, processing, email].map((s) => [s.service, s.parent]),
     [
       ['order-service', null],
+      ['order-service', request.spanID],
       ['highwater-dispatcher', writer.spanID],
       ['email-service', processing.spanID],
     ],
@@ -152,8 +161,8 @@ test('one trace runs from the writer through the dispatcher to the receiver', as
   if (HW_TRACE_SCREENSHOT) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
     try {
-      const page = await browser.newPage({ viewport: { width: 1010, height: 260 } });
-      await page.setContent(waterfall(traceId, [writer, processing, email]));
+      const page = await browser.newPage({ viewport: { width: 1010, height: 300 } });
+      await page.setContent(waterfall(traceId, [request, writer, processing, email]));
       await page.screenshot({ path: HW_TRACE_SCREENSHOT, fullPage: true });
     } finally {
       await browser.close();
