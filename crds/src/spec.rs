@@ -99,8 +99,11 @@ pub struct ConsumerSpec {
     #[schemars(range(min = 1, max = 256))]
     pub concurrency: u32,
     /// With `concurrency` above 1: which events keep their order. `stream` (the default): the
-    /// events of one stream (stream type and id); `tenant`: of one tenant; `none`: no order.
+    /// events of one stream (stream type and id); `tenant`: of one tenant; `metadata.FIELD`: of
+    /// one value of that metadata field; `payload.A.B`: of one value at that path of the payload
+    /// (objects only; an event without it has the empty key); `none`: no order.
     #[serde(default, skip_serializing_if = "OrderingKey::is_stream")]
+    #[schemars(with = "String", regex(pattern = r"^(stream|tenant|none|metadata\.[^.\s]+|payload(\.[^.\s]+)+)$"))]
     pub ordering_key: OrderingKey,
     /// External sinks (webhook, kafka, nats, log): at most `perSecond` events a second for the
     /// consumer as a whole, across all its dispatchers (a token bucket in the database, not a
@@ -295,19 +298,56 @@ impl ErrorMode {
     }
 }
 
-/// `spec.orderingKey`: the events that are delivered one after the other, in order.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
+/// `spec.orderingKey`: the events that are delivered one after the other, in order; written as
+/// `stream`, `tenant`, `none`, `metadata.FIELD` or `payload.A.B`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(try_from = "String", into = "String")]
 pub enum OrderingKey {
     #[default]
     Stream,
     Tenant,
     None,
+    /// The value of this top-level metadata field.
+    Metadata(String),
+    /// The value at this path of the payload (object keys).
+    Payload(Vec<String>),
 }
 
 impl OrderingKey {
     fn is_stream(&self) -> bool {
         *self == OrderingKey::Stream
+    }
+}
+
+impl TryFrom<String> for OrderingKey {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let fix = "write stream, tenant, none, metadata.FIELD or payload.A.B (object keys separated by dots)";
+        let field = |rest: &str| !rest.is_empty() && !rest.chars().any(char::is_whitespace);
+        Ok(match s.as_str() {
+            "stream" => OrderingKey::Stream,
+            "tenant" => OrderingKey::Tenant,
+            "none" => OrderingKey::None,
+            _ => match s.split_once('.') {
+                Some(("metadata", f)) if field(f) && !f.contains('.') => OrderingKey::Metadata(f.to_owned()),
+                Some(("payload", path)) if path.split('.').all(field) => {
+                    OrderingKey::Payload(path.split('.').map(str::to_owned).collect())
+                }
+                _ => return Err(format!("orderingKey {s:?} is not an ordering key: {fix}")),
+            },
+        })
+    }
+}
+
+impl From<OrderingKey> for String {
+    fn from(k: OrderingKey) -> String {
+        match k {
+            OrderingKey::Stream => "stream".into(),
+            OrderingKey::Tenant => "tenant".into(),
+            OrderingKey::None => "none".into(),
+            OrderingKey::Metadata(f) => format!("metadata.{f}"),
+            OrderingKey::Payload(p) => format!("payload.{}", p.join(".")),
+        }
     }
 }
 

@@ -385,6 +385,14 @@ mod tests {
         let p = problems(webhook(serde_json::json!({"filter": "  "})));
         assert!(p[0].starts_with("filter: is empty"), "{p:?}");
         assert!(problems(webhook(serde_json::json!({"concurrency": 32, "orderingKey": "tenant"}))).is_empty());
+        let key = |k: &str| webhook(serde_json::json!({"concurrency": 8, "orderingKey": k})).ordering_key;
+        assert_eq!(key("payload.order.customer"), crate::OrderingKey::Payload(vec!["order".into(), "customer".into()]));
+        assert_eq!(key("metadata.region"), crate::OrderingKey::Metadata("region".into()));
+        for bad in ["customer", "payload.", "metadata.a.b", "payload.a..b", "Stream"] {
+            let v = serde_json::json!({"delivery": "Shared", "orderingKey": bad, "sink": {"log": {}}});
+            let e = serde_json::from_value::<ConsumerSpec>(v).expect_err(bad).to_string();
+            assert!(e.contains("is not an ordering key") && e.contains("payload.A.B"), "{bad}: {e}");
+        }
         let p = problems(webhook(serde_json::json!({"orderingKey": "none"})));
         assert!(p[0].starts_with("orderingKey: applies with concurrency above 1"), "{p:?}");
         let p = problems(webhook(serde_json::json!({"concurrency": 300})));

@@ -7,7 +7,7 @@
 //! first failure (in batch order) is known to be delivered, and the cursor may move to just
 //! before it (the watermark). Events of other keys after it that were delivered are sent again
 //! with the retry (same idempotency keys): at least once, at most a batch per failed attempt.
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap};
 
 use futures::StreamExt;
 use highwater_crds::OrderingKey;
@@ -23,7 +23,7 @@ pub async fn deliver(
     instance_id: &str,
     attempt: i32,
     events: &[Event],
-    key: OrderingKey,
+    key: &OrderingKey,
     concurrency: usize,
 ) -> Result<(), SinkError> {
     let groups = by_key(events, key);
@@ -50,17 +50,14 @@ pub async fn deliver(
 
 /// The indices of `events` by ordering key, each key's in batch order, keys in the order of
 /// their first event (so the oldest waiting events go first).
-fn by_key(events: &[Event], key: OrderingKey) -> Vec<Vec<usize>> {
-    if key == OrderingKey::None {
+fn by_key(events: &[Event], key: &OrderingKey) -> Vec<Vec<usize>> {
+    if *key == OrderingKey::None {
         return (0..events.len()).map(|i| vec![i]).collect();
     }
-    let mut slot: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut slot: HashMap<(Cow<'_, str>, Cow<'_, str>), usize> = HashMap::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, e) in events.iter().enumerate() {
-        let k = match key {
-            OrderingKey::Tenant => ("", e.tenant_id.as_deref().unwrap_or("")),
-            _ => (e.stream_type.as_str(), e.stream_id.as_str()),
-        };
+        let k = key_of(e, key);
         let g = *slot.entry(k).or_insert_with(|| {
             groups.push(Vec::new());
             groups.len() - 1
@@ -68,6 +65,27 @@ fn by_key(events: &[Event], key: OrderingKey) -> Vec<Vec<usize>> {
         groups[g].push(i);
     }
     groups
+}
+
+/// One event's ordering key. A field's value is its JSON text (so `1` and `"1"` differ); an
+/// event without the field has the empty key, and all such events keep their order together.
+fn key_of<'e>(e: &'e Event, key: &OrderingKey) -> (Cow<'e, str>, Cow<'e, str>) {
+    match key {
+        OrderingKey::Tenant => ("".into(), e.tenant_id.as_deref().unwrap_or("").into()),
+        OrderingKey::Metadata(field) => ("m".into(), json_at(e.metadata.get(), std::slice::from_ref(field)).into()),
+        OrderingKey::Payload(path) => ("p".into(), json_at(e.payload.get(), path).into()),
+        OrderingKey::Stream | OrderingKey::None => (e.stream_type.as_str().into(), e.stream_id.as_str().into()),
+    }
+}
+
+/// The JSON text at `path` (object keys) of the JSON text `doc`; empty when absent.
+fn json_at(doc: &str, path: &[String]) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(doc) else { return String::new() };
+    match path.iter().try_fold(&v, |v, k| v.get(k)) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -92,8 +110,27 @@ mod tests {
     #[test]
     fn keys_keep_their_events_in_batch_order() {
         let evs = [event(1, "a", Some("t1")), event(2, "b", Some("t1")), event(3, "a", None), event(4, "c", None)];
-        assert_eq!(by_key(&evs, OrderingKey::Stream), vec![vec![0, 2], vec![1], vec![3]]);
-        assert_eq!(by_key(&evs, OrderingKey::Tenant), vec![vec![0, 1], vec![2, 3]]);
-        assert_eq!(by_key(&evs, OrderingKey::None), vec![vec![0], vec![1], vec![2], vec![3]]);
+        assert_eq!(by_key(&evs, &OrderingKey::Stream), vec![vec![0, 2], vec![1], vec![3]]);
+        assert_eq!(by_key(&evs, &OrderingKey::Tenant), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(by_key(&evs, &OrderingKey::None), vec![vec![0], vec![1], vec![2], vec![3]]);
+    }
+
+    #[test]
+    fn a_metadata_field_or_a_payload_path_is_the_key() {
+        let with = |id, payload: serde_json::Value, metadata: serde_json::Value| Event {
+            payload: payload.into(),
+            metadata: metadata.into(),
+            ..event(id, "s", None)
+        };
+        let evs = [
+            with(1, serde_json::json!({"order": {"customer": "c1"}}), serde_json::json!({"region": "eu"})),
+            with(2, serde_json::json!({"order": {"customer": "c2"}}), serde_json::json!({"region": "us"})),
+            with(3, serde_json::json!({"order": {"customer": "c1"}}), serde_json::json!({})),
+            with(4, serde_json::json!({"order": {}}), serde_json::json!({"region": "eu"})),
+        ];
+        let key: OrderingKey = "payload.order.customer".to_owned().try_into().unwrap();
+        assert_eq!(by_key(&evs, &key), vec![vec![0, 2], vec![1], vec![3]]);
+        let key: OrderingKey = "metadata.region".to_owned().try_into().unwrap();
+        assert_eq!(by_key(&evs, &key), vec![vec![0, 3], vec![1], vec![2]]);
     }
 }

@@ -591,7 +591,7 @@ pub(super) async fn deliver_external(
     let started = Instant::now();
     let attempt = crate::trace::process::attempt(shard, events);
     let res = if ctx.spec.concurrency > 1 {
-        let (key, n) = (ctx.spec.ordering_key, ctx.spec.concurrency as usize);
+        let (key, n) = (&ctx.spec.ordering_key, ctx.spec.concurrency as usize);
         super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, events, key, n).await
     } else {
         let mut d = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, attempt);
