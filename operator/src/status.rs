@@ -230,6 +230,7 @@ mod tests {
             lag_seconds: None,
             held_events: 0,
             held_by_fence: None,
+            filter: None,
             attempts: if status == "dead" { 3 } else { 0 },
             last_error: (status == "dead").then(|| "boom".into()),
             failing_event_id: (status == "dead").then_some(6),

@@ -137,6 +137,11 @@ async fn resources_become_rows_and_pod_shards_follow_pods() {
         sqlx::query_scalar("SELECT name FROM highwater.consumers ORDER BY name").fetch_all(&w.pool).await.unwrap();
     assert_eq!(names, vec!["live".to_owned()], "orders deleted, live retained");
     assert_eq!(shard_statuses(&w.pool, "live").await, ["disabled"]);
+    // The Retain disable is in the shard-change audit, by the operator, with why.
+    let changes = highwater::ops::shard_changes(&w.pool, "live", 10).await.unwrap();
+    let last = changes.first().expect("the Retain disable audited");
+    assert_eq!((last.action.as_str(), last.changed_by.as_str()), ("disabled", "kubernetes:highwater-operator"));
+    assert!(last.reason.as_deref().is_some_and(|r| r.contains("deletionPolicy: Retain")), "{last:?}");
     assert!(op.metric("highwater_operator_shards_removed_total").await.unwrap_or(0.0) >= 1.0);
     drop(op);
 }

@@ -27,6 +27,9 @@ pub struct ShardStatus {
     /// The transaction holding the fence back while `held_events` > 0.
     #[sqlx(skip)]
     pub held_by_fence: Option<super::fence::FenceHolder>,
+    /// The consumer's `spec.filter`: its lag counts what the filter selects ([`filtered_lag`]).
+    #[serde(skip)]
+    pub filter: Option<String>,
     pub attempts: i32,
     pub last_error: Option<String>,
     pub failing_event_id: Option<i64>,
@@ -139,16 +142,12 @@ macro_rules! lag_lateral {
 
 /// The lag of the rows whose consumer has a `spec.filter`, which the status query leaves at 0:
 /// what those shards will deliver, so only the events the filter selects (issue 49), one query
-/// per such consumer with its filter in the read, as a pass reads.
+/// per such consumer with its filter in the read, as a pass reads. No query without a filter.
 async fn filtered_lag(conn: &mut PgConnection, rows: &mut [ShardStatus]) -> Result<()> {
-    let mut names: Vec<&str> = rows.iter().map(|r| r.consumer.as_str()).collect();
-    names.dedup();
-    let filters: Vec<(String, String)> = sqlx::query_as(
-        "SELECT name, spec->>'filter' FROM highwater.consumers WHERE name = ANY ($1) AND spec ? 'filter'",
-    )
-    .bind(&names)
-    .fetch_all(&mut *conn)
-    .await?;
+    let mut filters: Vec<(String, String)> =
+        rows.iter().filter_map(|r| Some((r.consumer.clone(), r.filter.clone()?))).collect();
+    // The rows come ordered by consumer.
+    filters.dedup();
     for (consumer, filter) in filters {
         // The filter was checked at apply (one expression, nothing volatile, the event only).
         let sql = format!(
@@ -183,7 +182,7 @@ pub async fn status_where(pool: &PgPool, f: Filter<'_>) -> Result<Vec<ShardStatu
                 s.cursor_id AS cursor_event_id, s.cursor_tx,
                 l.lag AS lag_events, l.held AS held_events,
                 extract(epoch FROM now() - l.oldest)::float8 AS lag_seconds,
-                s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,
+                c.spec->>'filter' AS filter, s.attempts, s.last_error, s.failing_event_id, s.next_attempt_at, s.heartbeat_at,
                 s.delivered_count, s.bootstrap_pending, c.partitions, s.barrier_id AS barrier_event_id,
                 s.delivered_count - s.rebuild_base AS rebuild_done, s.rebuild_total,
                 extract(epoch FROM clock_timestamp() - s.rebuild_started_at)::float8 AS rebuild_seconds,
