@@ -112,11 +112,18 @@ async fn a_sql_sink_batch_inside_a_large_transaction_reads_one_batch_of_rows() {
         .unwrap();
         let top = &plan[0]["Plan"];
         let pages = top["Shared Hit Blocks"].as_i64().unwrap() + top["Shared Read Blocks"].as_i64().unwrap();
-        // The first call compiles the functions (catalog pages), the sixth plans generically
-        // (some more): 130-260 pages a call, where reading the batch as `tx_id BETWEEN lo AND hi
-        // AND id = ANY (ids)` took about 2,000, every event of the transaction after the cursor.
-        if call > 0 {
-            assert!(pages <= 500, "call {call}: {pages} pages read to apply a batch of 1,000 events");
+        // The first call compiles the functions (catalog pages); the sixth plans generically,
+        // reading the catalog of every partition's indexes too: 288 pages, up to ~510 when another
+        // test's DDL has just invalidated the cache. Every other call reads 132 pages, where
+        // reading the batch as `tx_id BETWEEN lo AND hi AND id = ANY (ids)` took about 2,000,
+        // every event of the transaction after the cursor.
+        eprintln!("call {call}: {pages} pages");
+        match call {
+            0 => {}
+            5 => {
+                assert!(pages <= 700, "call {call} (generic plan): {pages} pages read to apply a batch of 1,000 events")
+            }
+            _ => assert!(pages <= 300, "call {call}: {pages} pages read to apply a batch of 1,000 events"),
         }
     }
 }
