@@ -233,6 +233,48 @@ impl RealNode {
         }
     }
 
+    /// What the node is doing, for a failure message: every pod and Job with their status, the
+    /// last events, each container's last log lines and the kubelet's last errors. A `helm
+    /// install` that times out says only "context deadline exceeded"; this says why.
+    pub fn explain(&self) -> String {
+        let kubectl = |args: &[&str]| {
+            let mut c = Command::new(&self.kubectl);
+            c.arg(format!("--kubeconfig={}", self.admin_kubeconfig.display())).args(args);
+            crate::image::output_ok(c).unwrap_or_else(|e| format!("kubectl {args:?}: {e:#}"))
+        };
+        let mut out = String::new();
+        out += &kubectl(&["get", "nodes,pods,jobs", "--all-namespaces", "-o", "wide"]);
+        out += "\n--- the last events ---\n";
+        let events = kubectl(&["get", "events", "--all-namespaces", "--sort-by=.lastTimestamp"]);
+        out += &last_lines(&events, 30);
+        let pods = kubectl(&[
+            "get",
+            "pods",
+            "--all-namespaces",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name} {.spec.initContainers[*].name} {.spec.containers[*].name}{\"\\n\"}{end}",
+        ]);
+        for line in pods.lines() {
+            let mut words = line.split_whitespace();
+            let (Some(ns), Some(pod)) = (words.next(), words.next()) else { continue };
+            for container in words {
+                let log = self.kubelet().container_log(ns, pod, container);
+                out += &format!("\n--- {ns}/{pod} {container}: its last log lines ---\n{}", last_lines(&log, 15));
+            }
+        }
+        if let Some(dir) = &self.dir {
+            for (name, file) in [("kubelet", "kubelet/kubelet.log"), ("containerd", "containerd.log")] {
+                let log = std::fs::read_to_string(dir.path().join(file)).unwrap_or_default();
+                let errors: String = log
+                    .lines()
+                    .filter(|l| l.starts_with('E') || l.contains("level=error"))
+                    .fold(String::new(), |a, l| a + l + "\n");
+                out += &format!("\n--- the {name}'s last errors ---\n{}", last_lines(&errors, 15));
+            }
+        }
+        out
+    }
+
     /// Deletes every workload and pod, waits until the kubelet has stopped them (network
     /// namespaces and volumes released), then stops everything.
     pub async fn stop(mut self) -> Result<()> {
@@ -303,6 +345,12 @@ fn cannot_start(pod: &Pod) -> Option<(String, String)> {
             .contains(&reason.as_str())
             .then(|| (c.name.clone(), format!("{reason}: {message}{}", previous.unwrap_or_default())))
     })
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n") + "\n"
 }
 
 /// One real node per machine at a time: the bridge and the kubepods cgroups are the machine's.

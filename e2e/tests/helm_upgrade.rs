@@ -65,8 +65,9 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
-/// `helm install|upgrade hw <chart>` with `image` and the values both releases share.
-async fn helm(cp: &ControlPlane, verb: &str, chart: &std::path::Path, image: &str) -> Duration {
+/// `helm install|upgrade hw <chart>` with `image` and the values both releases share; on failure,
+/// what `node` is doing.
+async fn helm(cp: &ControlPlane, node: &RealNode, verb: &str, chart: &std::path::Path, image: &str) -> Duration {
     let (repository, tag) = image.rsplit_once(':').unwrap();
     let started = Instant::now();
     helm::run(
@@ -95,7 +96,7 @@ async fn helm(cp: &ControlPlane, verb: &str, chart: &std::path::Path, image: &st
         ],
     )
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e:#}\n--- the node ---\n{}", node.explain()));
     started.elapsed()
 }
 
@@ -169,7 +170,7 @@ async fn helm_upgrade_from_the_previous_release_under_load_fails_no_application_
         .unwrap();
 
     // Installed with the previous release, as its README said: its hook Job applies its schema.
-    let took = helm(&cp, "install", &old_chart, &old_image.name).await;
+    let took = helm(&cp, &node, "install", &old_chart, &old_image.name).await;
     println!("helm install of release {}: {took:.1?}", previous.name);
     let registered = Command::new(old_programs.join("highwater"))
         .args(["event-types", "register", writers::EVENT_TYPE])
@@ -198,7 +199,7 @@ async fn helm_upgrade_from_the_previous_release_under_load_fails_no_application_
     // The upgrade, as a user runs it: the hook migrates while the old pods deliver, then the
     // rolling update; helm returns once every pod of this release is Ready.
     let upgrade_from = Instant::now();
-    let took = helm(&cp, "upgrade", &helm::chart_dir(), &new_image).await;
+    let took = helm(&cp, &node, "upgrade", &helm::chart_dir(), &new_image).await;
     let upgrade_to = Instant::now();
     println!("helm upgrade {} → this release under load: {took:.1?}", previous.name);
     assert_eq!(images(&client, OPERATOR).await, vec![new_image.clone()], "the operator runs this release");

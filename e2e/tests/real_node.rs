@@ -164,7 +164,7 @@ async fn helm_installed_pods_run_as_containers_and_the_operator_removes_scaled_d
         ],
     )
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e:#}\n--- the node ---\n{}", node.explain()));
     println!("helm install, its migration hook Job included: {:.1?}", installed.elapsed());
     // migrations.owner=hook (the default): helm waited for the migration Job's container.
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater._sqlx_migrations WHERE success")
