@@ -1,13 +1,14 @@
 //! `spec.filter` (issue 49): refused at apply time by PostgreSQL itself (syntax with its place,
 //! not a boolean, an aggregate, a volatile function, another table), and applied in the read of
 //! real dispatchers: only the events it selects are delivered, in order, also to a partitioned
-//! consumer and across batches, while the cursor passes the others; the lag counts only them.
+//! consumer and across batches, while the cursor passes the others; the lag counts only them, and
+//! a replay delivers only them.
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use highwater::{NewEvent, append, definitions};
+use highwater::{NewEvent, append, definitions, ops::replay};
 use serde_json::{Value, json};
 
 async fn refused(db: &TestDb, filter: &str) -> String {
@@ -128,6 +129,41 @@ async fn only_the_events_a_filter_selects_are_delivered_in_order() {
             .await
             .unwrap();
     assert_eq!(delivered, expected.len() as i64, "only the selected events were delivered");
+
+    // A replay of one stream delivers again what live delivery did: the events the filter
+    // selects; the others are named as left out, with the reason.
+    let stream_events: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT id, event_type = 'OrderPlaced' FROM highwater.events WHERE stream_id = 'o-3' ORDER BY tx_id, id",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let selected: Vec<i64> = stream_events.iter().map(|(id, _)| *id).filter(|id| expected.contains(id)).collect();
+    assert!(!selected.is_empty() && selected.len() < stream_events.len(), "{stream_events:?}");
+    let request = replay::Request {
+        consumer: "big-orders".into(),
+        stream: "order/o-3".into(),
+        by: "filter-test".into(),
+        ..Default::default()
+    };
+    let plan = replay::replay(&db.pool, &request).await.unwrap();
+    assert_eq!(plan.selected.iter().map(|s| s.event_id).collect::<Vec<_>>(), selected);
+    let by_filter: Vec<i64> = plan
+        .left_out
+        .iter()
+        .filter(|l| l.why == "the consumer's filter does not select it")
+        .map(|l| l.event_id)
+        .collect();
+    // The consumer takes both types; its filter leaves out every OrderShipped and the small orders.
+    let unselected: Vec<i64> = stream_events.iter().map(|(id, _)| *id).filter(|id| !expected.contains(id)).collect();
+    assert!(stream_events.iter().any(|(id, placed)| *placed && unselected.contains(id)), "{stream_events:?}");
+    assert_eq!(by_filter, unselected, "{:?}", plan.left_out);
+    eventually("the replay delivered", Duration::from_secs(30), || async {
+        read_lines(&big).len() >= expected.len() + selected.len()
+    })
+    .await;
+    let lines = ids(read_lines(&big));
+    assert_eq!(lines[expected.len()..], selected[..], "the replay delivered the selected events of o-3, in order");
 }
 
 /// `consumer status`'s lag (and so the lag metrics, the operator's status and the console) counts

@@ -7,7 +7,7 @@
 //! `dispatch::redrive`). The cursor is never read for delivery nor written.
 //!
 //! Only events at or below the shard's cursor are taken (never ahead of live delivery), of the
-//! types the consumer selects, of the shard's partition. An event that is a dead letter of the
+//! types the consumer selects and its `spec.filter` selects, of the shard's partition. An event that is a dead letter of the
 //! shard not yet redriven is left out: it was never applied, and `consumer redrive` is its path.
 
 use chrono::{DateTime, Utc};
@@ -103,14 +103,14 @@ struct Candidate {
 pub async fn replay(pool: &PgPool, r: &Request) -> Result<Plan> {
     let (stream_type, stream_id) = parse_stream(&r.stream)?;
     let mut tx = pool.begin().await?;
-    let types: Option<Vec<String>> =
-        sqlx::query_scalar("SELECT event_types FROM highwater.consumers WHERE name = $1 FOR SHARE")
+    let filter: Option<Option<String>> =
+        sqlx::query_scalar("SELECT spec->>'filter' FROM highwater.consumers WHERE name = $1 FOR SHARE")
             .bind(&r.consumer)
             .fetch_optional(&mut *tx)
             .await?;
-    if types.is_none() {
+    let Some(filter) = filter else {
         return Err(Error::no_consumer(&r.consumer));
-    }
+    };
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM highwater.events WHERE stream_type = $1 AND stream_id = $2")
         .bind(&stream_type)
         .bind(&stream_id)
@@ -164,6 +164,7 @@ pub async fn replay(pool: &PgPool, r: &Request) -> Result<Plan> {
     .bind(r.since)
     .fetch_all(&mut *tx)
     .await?;
+    let unselected = unselected_by(&mut tx, filter.as_deref(), &stream_type, &stream_id).await?;
     let mut plan = Plan {
         consumer: r.consumer.clone(),
         stream: r.stream.clone(),
@@ -179,6 +180,8 @@ pub async fn replay(pool: &PgPool, r: &Request) -> Result<Plan> {
         }
         let why = if !c.selected_type {
             Some(format!("type {} is not one the consumer selects", c.event_type))
+        } else if unselected.contains(&c.event_id) {
+            Some("the consumer's filter does not select it".to_owned())
         } else if !c.delivered {
             Some("beyond the shard's cursor: live delivery has not reached it yet".to_owned())
         } else if c.dead_letter {
@@ -245,6 +248,26 @@ pub async fn replay(pool: &PgPool, r: &Request) -> Result<Plan> {
     plan.request_id = Some(id);
     plan.requested_at = Some(at);
     Ok(plan)
+}
+
+/// The events of the stream that the consumer's `spec.filter` leaves out (none without a filter):
+/// a replay delivers what live delivery would have, and live delivery reads with the filter.
+async fn unselected_by(
+    conn: &mut PgConnection,
+    filter: Option<&str>,
+    stream_type: &str,
+    stream_id: &str,
+) -> Result<std::collections::HashSet<i64>> {
+    let Some(filter) = filter else { return Ok(Default::default()) };
+    // The filter was checked at apply (one expression, nothing volatile, the event only); an
+    // event it judges NULL is not selected, as in the read.
+    let sql = format!(
+        "SELECT id FROM highwater.events
+          WHERE stream_type = $1 AND stream_id = $2 AND (\n{filter}\n) IS NOT TRUE"
+    );
+    let ids: Vec<i64> =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(stream_type).bind(stream_id).fetch_all(&mut *conn).await?;
+    Ok(ids.into_iter().collect())
 }
 
 /// Where the rows of a request stand.
