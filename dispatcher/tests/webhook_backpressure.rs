@@ -2,7 +2,8 @@
 //! real dispatcher processes: `429`/`503` with `Retry-After` (seconds, HTTP date) pause the
 //! consumer for the time asked without counting an attempt (`maxAttempts: 1`, so a counted
 //! attempt would kill the shard), a storm of `429`s ends with every event delivered once and in
-//! order, and `410 Gone` disables the consumer with the receiver's answer as the reason.
+//! order, `410 Gone` disables the consumer with the receiver's answer as the reason, and a redrive
+//! waits out the receiver's pause as live delivery does (no attempt counted, still pending).
 mod common;
 
 use std::{
@@ -231,4 +232,56 @@ async fn gone_disables_the_consumer_with_the_reason() {
     cli(&db.url, &["consumer", "enable", "gone"]);
     wait_shard(&db.pool, "gone", "the rest delivered", |s| s.delivered == 3).await;
     assert_eq!(rx.accepted(), ids);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_waits_out_the_receivers_pause_without_counting_an_attempt() {
+    let db = shared(&["OrderPlaced"]).await;
+    // Request 0 (the first event): 500, parked as a dead letter (maxAttempts 1, errorMode skip);
+    // request 1 (the second): accepted; then the redrive: 429 Retry-After 2, then accepted.
+    let rx = Receiver::start(|n| match n {
+        0 => (500, None),
+        2 => (429, Some("2".into())),
+        _ => (200, None),
+    })
+    .await;
+    apply(&db.pool, &consumer("redriven", &format!("{}\nerrorMode: skip", hook(&rx.url())))).await;
+    let ids = append_events(&db.pool, 2, 1).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "p0", logs.path());
+    wait_shard(&db.pool, "redriven", "the second event delivered", |s| s.delivered == 1).await;
+    let dead_letter = || async {
+        sqlx::query_as::<_, (i32, String, bool)>(
+            "SELECT attempts, error, redriven_at IS NOT NULL AND redrive_at IS NULL FROM highwater.dead_letters \
+             WHERE event_id = $1",
+        )
+        .bind(ids[0])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let (attempts, error, _) = dead_letter().await;
+    assert_eq!(attempts, 1);
+
+    // The CLI waits for the redrive's end: in the background while the pause is looked at.
+    let url = db.url.clone();
+    let redrive = tokio::task::spawn_blocking(move || {
+        cli(&url, &["consumer", "redrive", "redriven", "--all", "--reason", "receiver fixed"])
+    });
+    eventually("the redrive's 429", Duration::from_secs(30), || async { rx.requests().len() >= 3 }).await;
+    // Paused: the dead letter keeps its attempts and error, not redriven yet; the consumer is
+    // throttled by the receiver, as for live delivery.
+    assert_eq!(dead_letter().await, (1, error.clone(), false), "no attempt counted for a pause");
+    let status = cli(&db.url, &["consumer", "status", "redriven"]);
+    assert!(status.contains("redriven: throttled until ") && status.contains("by the receiver"), "{status}");
+
+    let said = redrive.await.unwrap();
+    assert!(said.contains("1 redriven"), "{said}");
+    assert_eq!(dead_letter().await, (1, error, true));
+    let r = rx.requests();
+    assert_eq!(r.len(), 4, "500, 200, then the redrive's 429 and 200: {r:?}");
+    assert_eq!([r[2].event_id, r[3].event_id], [ids[0], ids[0]]);
+    assert_eq!((r[2].status, r[3].status), (429, 200));
+    assert!(r[3].at - r[2].at >= Duration::from_millis(1990), "not before the 2 s asked: {:?}", r[3].at - r[2].at);
+    assert!(metrics(&d).await.contains("highwater_receiver_pauses_total{consumer=\"redriven\"} 1"));
 }

@@ -96,6 +96,19 @@ pub async fn pause(conn: &mut PgConnection, consumer: &str, pause: Duration, rea
     Ok(())
 }
 
+/// How much is left of the pause the receiver asked of the consumer ([`pause`]); `None` when it
+/// is not paused. Redrives and replays read it before delivering: the pause is the consumer's.
+pub async fn paused_for(conn: &mut PgConnection, consumer: &str) -> Result<Option<Duration>> {
+    let left: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM paused_until - now())::float8 FROM highwater.consumer_flow
+          WHERE consumer = $1 AND paused_until > now()",
+    )
+    .bind(consumer)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(left.map(|s| Duration::from_secs_f64(s.max(0.001))))
+}
+
 /// The receiver answered `410 Gone`: the events before the failing one count as delivered (the
 /// cursor of `shard` moves from `from` to `to`), and every shard of the consumer is disabled with
 /// `reason` as its last error, until an operator enables it. `false` when the shard changed under

@@ -76,14 +76,19 @@ pub async fn paused(
     }
     flow::pause(conn, &ctx.consumer, pause, message).await?;
     ctx.acknowledged(&events[..index]);
+    count_pause(ctx, pause);
+    tracing::info!(consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = f.event.id, pause = ?pause, "the receiver asked to pause: no attempt counted");
+    Ok(Outcome::Backoff { cursor, retry_in: pause })
+}
+
+/// A pause the receiver asked for, in the metrics.
+pub fn count_pause(ctx: &ShardCtx, pause: Duration) {
     let consumer = ConsumerLabels { consumer: ctx.consumer.clone() };
     ctx.metrics.receiver_pauses.get_or_create(&consumer).inc();
     ctx.metrics
         .throttled_seconds
         .get_or_create(&ThrottleLabels { consumer: ctx.consumer.clone(), cause: "receiver" })
         .inc_by(pause.as_secs_f64());
-    tracing::info!(consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = f.event.id, pause = ?pause, "the receiver asked to pause: no attempt counted");
-    Ok(Outcome::Backoff { cursor, retry_in: pause })
 }
 
 /// The receiver answered `410 Gone` at `events[index]`: the events before it are delivered and

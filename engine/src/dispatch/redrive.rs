@@ -14,16 +14,19 @@
 //! - A failure (the sink's error, or an event pruned since the request) makes a redriven dead
 //!   letter a dead letter again with the new error and one more attempt; a replay row records
 //!   the error, and the request's later rows of the shard are not delivered (stream order).
-//! - An external sink's deliveries take tokens from the consumer's `rateLimit` as live ones do.
+//! - An external sink's deliveries take tokens from the consumer's `rateLimit` as live ones do,
+//!   and wait out a pause the receiver asked for (`429`/`503` with `Retry-After`, up to
+//!   `flow::FREE_PAUSE`), whichever delivery was told: a receiver's pause of the redrive pauses
+//!   the consumer, costs no attempt and leaves the request pending.
 use std::time::Duration;
 
 use highwater_store::pg::PgConnection;
 
 use super::{
-    flow::{Allowed, rate_limited},
+    flow::{Allowed, FREE_PAUSE, rate_limited},
     pass::{Claim, ShardCtx},
 };
-use crate::sink::{DeliveryContext, ExternalSink, Sink, TransactionalSink};
+use crate::sink::{Backpressure, DeliveryContext, ExternalSink, Sink, TransactionalSink};
 use highwater_store::{
     Result,
     ops::{
@@ -86,6 +89,12 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
     if jobs.is_empty() {
         return Ok(Redriven::Done { delivered, failed, next });
     }
+    // The receiver asked the consumer to pause: these wait too, still pending.
+    if matches!(ctx.sink, Sink::External(_))
+        && let Some(pause) = highwater_store::flow::paused_for(claim.lock.conn(), &ctx.consumer).await?
+    {
+        return Ok(Redriven::Done { delivered, failed, next: Some(pause) });
+    }
     let ids: Vec<i64> = jobs.iter().map(Job::event_id).collect();
     let want = ctx.spec.event_versions.as_ref().and_then(|v| v.want());
     let events = redrive::events(claim.lock.conn(), &ids, want.as_ref()).await?;
@@ -114,7 +123,13 @@ async fn locked(ctx: &ShardCtx, claim: &mut Claim) -> Result<Redriven> {
                         throttled = Some(wait);
                         break;
                     }
-                    external(ctx, &**sink, claim.lock.conn(), job, event).await?
+                    match external(ctx, &**sink, claim.lock.conn(), job, event).await? {
+                        Delivered::Paused(pause) => {
+                            throttled = Some(pause);
+                            break;
+                        }
+                        Delivered::Done(outcome) => outcome,
+                    }
                 }
             },
         };
@@ -215,6 +230,14 @@ async fn transactional(
     }
 }
 
+/// What became of an external delivery.
+enum Delivered {
+    /// As for a transactional one.
+    Done(std::result::Result<bool, String>),
+    /// The receiver asked for a pause (recorded as the consumer's): the request stays pending.
+    Paused(Duration),
+}
+
 /// The sink works with no transaction open; the mark follows its acknowledgement.
 async fn external(
     ctx: &ShardCtx,
@@ -222,10 +245,18 @@ async fn external(
     conn: &mut PgConnection,
     job: &Job,
     event: &highwater_store::Event,
-) -> Result<std::result::Result<bool, String>> {
+) -> Result<Delivered> {
     let mut dc = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, 1);
     match sink.deliver(&mut dc, std::slice::from_ref(event)).await {
-        Ok(()) => Ok(Ok(job.mark_done(ctx, conn).await?)),
-        Err(e) => Ok(Err(e.message)),
+        Ok(()) => Ok(Delivered::Done(Ok(job.mark_done(ctx, conn).await?))),
+        Err(e) => match e.backpressure {
+            Some(Backpressure::Pause(pause)) if pause <= FREE_PAUSE => {
+                highwater_store::flow::pause(conn, &ctx.consumer, pause, &e.message).await?;
+                super::flow::count_pause(ctx, pause);
+                tracing::info!(consumer = %ctx.consumer, instance = %ctx.instance_id, event_id = event.id, pause = ?pause, "the receiver asked to pause during a {}: no attempt counted", job.what());
+                Ok(Delivered::Paused(pause))
+            }
+            _ => Ok(Delivered::Done(Err(e.message))),
+        },
     }
 }
