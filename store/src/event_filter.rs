@@ -171,9 +171,34 @@ pub async fn load_and_read(
     bodies: impl Into<Bodies>,
     filter: &str,
 ) -> Result<Option<(Shard, Batch)>> {
+    read(conn, (consumer, instance), types, limit, bodies.into(), filter, false).await
+}
+
+/// [`load_and_read`] also while the shard waits for a retry, as
+/// [`shards::load_and_read_waiting`].
+pub async fn load_and_read_waiting(
+    conn: &mut PgConnection,
+    consumer: &str,
+    instance: &str,
+    types: &[String],
+    limit: i64,
+    bodies: impl Into<Bodies>,
+    filter: &str,
+) -> Result<Option<(Shard, Batch)>> {
+    read(conn, (consumer, instance), types, limit, bodies.into(), filter, true).await
+}
+
+async fn read(
+    conn: &mut PgConnection,
+    (consumer, instance): (&str, &str),
+    types: &[String],
+    limit: i64,
+    bodies: Bodies,
+    filter: &str,
+    waiting: bool,
+) -> Result<Option<(Shard, Batch)>> {
     let Some(shard) = shards::load(conn, consumer, instance).await? else { return Ok(None) };
-    let due = shard.status.delivers() && shard.retry_in_ms.is_none_or(|ms| ms <= 0);
-    let bodies = bodies.into();
+    let due = shard.status.delivers() && (waiting || shard.retry_in_ms.is_none_or(|ms| ms <= 0));
     let sql = format!(
         "WITH {s}
          SELECT s.next AS next_xid, h.tx_id AS head_tx, h.id AS head_id, b.*

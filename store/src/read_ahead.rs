@@ -38,7 +38,8 @@ pub async fn read(
     bodies: impl Into<crate::events::Bodies>,
 ) -> Result<Option<Ahead>> {
     let bodies = bodies.into();
-    let read = shards::read_from(conn, &shard.consumer, &shard.instance_id, Some(from), types, limit, &bodies).await?;
+    let read =
+        shards::read_from(conn, &shard.consumer, &shard.instance_id, Some(from), types, limit, &bodies, false).await?;
     Ok(read.map(|read| Ahead { read }))
 }
 

@@ -363,7 +363,22 @@ pub async fn load_and_read(
     limit: i64,
     bodies: impl Into<Bodies>,
 ) -> Result<Option<(Shard, Batch)>> {
-    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into()).await?;
+    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into(), false).await?;
+    Ok(read.map(|r| (r.shard, r.batch)))
+}
+
+/// [`load_and_read`] also while the shard waits for a retry (its events are read though it is
+/// not due): for the side pass, which delivers other keys' events meanwhile without moving the
+/// cursor. A shard that does not deliver (dead, disabled) reads nothing.
+pub async fn load_and_read_waiting(
+    conn: &mut PgConnection,
+    consumer: &str,
+    instance: &str,
+    types: &[String],
+    limit: i64,
+    bodies: impl Into<Bodies>,
+) -> Result<Option<(Shard, Batch)>> {
+    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into(), true).await?;
     Ok(read.map(|r| (r.shard, r.batch)))
 }
 
@@ -380,7 +395,9 @@ pub(crate) struct Read {
 
 /// [`load_and_read`] from `from` instead of the row's cursor when it is given (a read ahead of
 /// the cursor, see [`crate::read_ahead`]); every other input of the read (due, passed-over
-/// events, partition, barrier) comes from the row, as for a read at the cursor.
+/// events, partition, barrier) comes from the row, as for a read at the cursor. `waiting`: read
+/// also when the row waits for a retry ([`load_and_read_waiting`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn read_from(
     conn: &mut PgConnection,
     consumer: &str,
@@ -389,6 +406,7 @@ pub(crate) async fn read_from(
     types: &[String],
     limit: i64,
     bodies: &Bodies,
+    waiting: bool,
 ) -> Result<Option<Read>> {
     let sql = format!(
         "WITH {s},
@@ -398,7 +416,7 @@ pub(crate) async fn read_from(
                        -- makes of `status` and `retry_in_ms`: a shard read empty while the pass
                        -- thinks it due would move its cursor past events.
                        CASE WHEN status = ANY ($8)
-                                 AND coalesce((extract(epoch FROM next_attempt_at - now()) * 1000)::bigint, 0) <= 0
+                                 AND ($9 OR coalesce((extract(epoch FROM next_attempt_at - now()) * 1000)::bigint, 0) <= 0)
                             THEN 1 ELSE 0 END AS due,
                        coalesce($5::xid8, cursor_tx) AS from_tx, coalesce($6::bigint, cursor_id) AS from_id,
                        CASE WHEN coalesce($5::xid8, cursor_tx) < pg_snapshot_xmax(bootstrap_snapshot)
@@ -444,6 +462,7 @@ pub(crate) async fn read_from(
         // `$7` of the upcasting form of event_arrays; the other forms do not read it (NULL).
         .bind(bodies.want().map(|want| sqlx::types::Json(want.clone())))
         .bind(&Status::DELIVERING[..])
+        .bind(waiting)
         .fetch_optional(conn)
         .await?;
     let Some(row) = row else { return Ok(None) };

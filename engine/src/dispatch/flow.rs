@@ -72,8 +72,10 @@ pub async fn paused(
         outcome: FailureOutcome::Retry(pause),
     };
     if !shards::record_failure(conn, shard, shard.cursor, &f).await? {
+        ctx.acked.forget();
         return Ok(Outcome::Changed);
     }
+    super::pass::remember_acked(ctx, &f, events, false);
     flow::pause(conn, &ctx.consumer, pause, message).await?;
     ctx.acknowledged(&events[..index]);
     count_pause(ctx, pause);

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{http, metrics::Metrics, sink, sse};
 use highwater_store::{Error, Result, definitions, shards};
 
+mod acked;
 mod concurrent;
 mod flow;
 mod group;
@@ -23,6 +24,7 @@ mod observe;
 mod partitions;
 pub mod pass;
 mod redrive;
+mod side;
 mod touched;
 mod wakeup;
 mod worker;
@@ -516,5 +518,6 @@ fn shard_ctx(env: &Env, d: &definitions::Definition, instance: &str, sink: sink:
         spec: d.spec.clone(),
         sink,
         metrics: env.metrics.clone(),
+        acked: Default::default(),
     })
 }

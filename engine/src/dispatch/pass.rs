@@ -29,6 +29,8 @@ pub struct ShardCtx {
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub metrics: Arc<Metrics>,
+    /// What the receiver acknowledged beyond the last failed event (`spec.concurrency`).
+    pub(super) acked: super::acked::AckedAhead,
 }
 
 impl ShardCtx {
@@ -73,7 +75,7 @@ impl ShardCtx {
         self.metrics.sink_errors.get_or_create(&labels).inc();
     }
 
-    fn failed(&self, f: &Failure, events: &[highwater_store::Event]) {
+    pub(super) fn failed(&self, f: &Failure, events: &[highwater_store::Event]) {
         self.metrics.failed.get_or_create(&self.labels()).inc();
         self.acknowledged(&events[..f.delivered as usize]);
     }
@@ -178,26 +180,7 @@ async fn locked(
     let limit = i64::from(ctx.spec.batch_size);
     let read = match next.take() {
         Some(ready) => Some(ready),
-        None => match &ctx.spec.filter {
-            // The filter runs in the read: the events it rejects never leave the database.
-            Some(filter) => {
-                let (types, bodies) = (&ctx.spec.event_types, ctx.bodies());
-                highwater_store::event_filter::load_and_read(
-                    conn,
-                    &ctx.consumer,
-                    &ctx.instance_id,
-                    types,
-                    limit,
-                    bodies,
-                    filter,
-                )
-                .await?
-            }
-            None => {
-                shards::load_and_read(conn, &ctx.consumer, &ctx.instance_id, &ctx.spec.event_types, limit, ctx.bodies())
-                    .await?
-            }
-        },
+        None => read(ctx, conn, false).await?,
     };
     let Some((shard, batch)) = read else {
         return Ok(Outcome::Missing);
@@ -272,6 +255,22 @@ async fn locked(
             }
             super::flow::Allowed::None(wait) => Ok(Outcome::Backoff { cursor: shard.cursor, retry_in: wait }),
         },
+    }
+}
+
+/// The shard as it is and its next batch after the cursor (`None`: the shard row is gone);
+/// nothing is read unless the shard is due, or `waiting` (the side pass: also while it waits for
+/// a retry).
+pub(super) async fn read(ctx: &ShardCtx, conn: &mut PgConnection, waiting: bool) -> Result<Option<(Shard, Batch)>> {
+    use highwater_store::event_filter;
+    let (types, limit, bodies) = (&ctx.spec.event_types, i64::from(ctx.spec.batch_size), ctx.bodies());
+    let (consumer, instance) = (&ctx.consumer, &ctx.instance_id);
+    // The filter runs in the read: the events it rejects never leave the database.
+    match (&ctx.spec.filter, waiting) {
+        (Some(f), false) => event_filter::load_and_read(conn, consumer, instance, types, limit, bodies, f).await,
+        (Some(f), true) => event_filter::load_and_read_waiting(conn, consumer, instance, types, limit, bodies, f).await,
+        (None, false) => shards::load_and_read(conn, consumer, instance, types, limit, bodies).await,
+        (None, true) => shards::load_and_read_waiting(conn, consumer, instance, types, limit, bodies).await,
     }
 }
 
@@ -592,7 +591,9 @@ pub(super) async fn deliver_external(
     let attempt = crate::trace::process::attempt(shard, events);
     let res = if ctx.spec.concurrency > 1 {
         let (key, n) = (&ctx.spec.ordering_key, ctx.spec.concurrency as usize);
-        super::concurrent::deliver(sink, &ctx.consumer, &ctx.instance_id, attempt, events, key, n).await
+        let known = ctx.acked.for_attempt(shard);
+        let on = super::concurrent::On { consumer: &ctx.consumer, instance_id: &ctx.instance_id, attempt };
+        super::concurrent::deliver(sink, on, events, key, n, &known, &ctx.acked).await
     } else {
         let mut d = DeliveryContext::new(&ctx.consumer, &ctx.instance_id, attempt);
         sink.deliver(&mut d, events).await
@@ -614,6 +615,7 @@ pub(super) async fn external_failed(
     let index = err.index.min(events.len() - 1);
     match err.backpressure {
         Some(Backpressure::Gone) => {
+            ctx.acked.forget();
             return super::flow::gone(ctx, conn, shard, events, index, &err.message).await;
         }
         Some(Backpressure::Pause(pause)) if pause <= super::flow::FREE_PAUSE => {
@@ -628,10 +630,22 @@ pub(super) async fn external_failed(
         failure.outcome = FailureOutcome::Retry(delay.max(pause.min(super::flow::LONGEST_PAUSE)));
     }
     if shards::record_failure(conn, shard, shard.cursor, &failure).await? {
+        // After a pause asked for, nothing goes before its end: no side pass.
+        remember_acked(ctx, &failure, events, err.backpressure.is_none());
         ctx.failed(&failure, events);
         Ok(after_failure(&failure))
     } else {
+        ctx.acked.forget();
         Ok(Outcome::Changed)
+    }
+}
+
+/// A recorded failure that will be retried keeps what the receiver acknowledged after it;
+/// `side`: the other keys may go on until the retry (dispatch/side.rs).
+pub(super) fn remember_acked(ctx: &ShardCtx, f: &Failure, events: &[highwater_store::Event], side: bool) {
+    match f.outcome {
+        FailureOutcome::Retry(_) => ctx.acked.retry((f.cursor, f.event.id, f.attempts), events, side),
+        FailureOutcome::Dead | FailureOutcome::Park => ctx.acked.forget(),
     }
 }
 

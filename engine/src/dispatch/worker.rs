@@ -9,6 +9,7 @@ use super::{
     membership::Members,
     pass::{self, Outcome, ShardCtx},
     redrive::{self, Redriven},
+    side,
     touched::Touched,
     wakeup::Head,
 };
@@ -106,6 +107,8 @@ pub async fn run(
     // When to look for redrive requests due on this shard: `None` while none is known.
     let mut redrive_at: Option<Instant> = redrive_rx.borrow_and_update().contains(&key).then(Instant::now);
     let mut owned = Owned { ctx: &ctx, on: false };
+    // The head at the last side pass (dispatch/side.rs).
+    let mut side_head: Option<Position> = None;
     loop {
         if stop.is_cancelled() {
             return;
@@ -150,6 +153,13 @@ pub async fn run(
             if untouched && until > Instant::now() {
                 due = false;
                 ctx.metrics.passes_skipped.get_or_create(&ShardLabels::new(&ctx.consumer, &ctx.instance_id)).inc();
+            }
+        }
+        // While a failure waits for its retry, the other keys go on: a side pass per head move.
+        if !due && retry_at.is_some() && !halted && head != side_head && side::applies(&ctx) && ctx.acked.goes_on() {
+            side_head = head;
+            if let Err(e) = side::run(&ctx).await {
+                tracing::warn!(consumer = %ctx.consumer, instance = %ctx.instance_id, error = %e, "side pass failed");
             }
         }
         if due {
