@@ -419,3 +419,65 @@ async fn a_kafka_record_carries_the_process_span_to_its_consumer() {
     assert_eq!(tag(&span, "highwater.sink"), Some(&json!("kafka")), "{span}");
     assert_eq!(span["spanID"], span_of(&tp), "the record's parent is the process span: {span}");
 }
+
+/// The console's actions are operations with spans of their own: the real `highwater console`
+/// exporting to Jaeger as service `highwater-console`, a disable asked by `console:alice`
+/// through a trusted proxy, and its span in Jaeger with who asked, why, what and what came of
+/// it — the same span the CLI's and the HTTP API's runs of the operation have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_action_is_a_span_with_the_console_user() {
+    let jaeger = Jaeger::start().await.expect("start jaeger");
+    let logs = tempfile::tempdir().unwrap();
+    let (db, _d) = traced_hook(&jaeger, "delivery: Shared\nsink: {log: {target: stderr}}", logs.path()).await;
+    let last = append(&db.pool, false).await;
+    wait_caught_up(&db.pool, "hook", last, Duration::from_secs(30)).await;
+
+    let port = free_port().unwrap();
+    let _console = tokio::process::Command::new(highwater_e2e::chaos::fleet::highwater_bin().unwrap())
+        .args(["console", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--trusted-user-header", "X-Forwarded-User", "--trusted-proxy", "127.0.0.0/8"])
+        .env("DATABASE_URL", &db.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", jaeger.otlp_endpoint())
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("x-forwarded-user", "alice".parse().unwrap());
+    let c = reqwest::Client::builder().default_headers(headers).build().unwrap();
+    let page = highwater_e2e::wait_for("the console", Duration::from_secs(30), || async {
+        anyhow::Ok(c.get(format!("{base}/consumers/hook")).send().await.ok())
+    })
+    .await
+    .unwrap();
+    let cookie = page.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let html = page.text().await.unwrap();
+    let at = html.find("name=\"csrf\" value=\"").expect("a CSRF field") + "name=\"csrf\" value=\"".len();
+    let csrf = &html[at..at + 64];
+    let r = c
+        .post(format!("{base}/consumers/hook/act"))
+        .header("cookie", cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}&do=disable&reason=maintenance+window"))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("disabled"), "{body}");
+
+    let span = highwater_e2e::wait_for("the console's span", Duration::from_secs(30), || async {
+        anyhow::Ok(jaeger.spans("highwater-console", "highwater shard_change").await?.into_iter().next())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", jaeger.log_tail(20)));
+    assert_eq!(parent(&span), None, "an operation is a root: {span}");
+    assert_eq!(tag(&span, "highwater.operation.by"), Some(&json!("console:alice")), "{span}");
+    assert_eq!(tag(&span, "highwater.operation.reason"), Some(&json!("maintenance window")), "{span}");
+    let request = tag(&span, "highwater.operation.request").and_then(Value::as_str).unwrap_or("");
+    assert!(request.contains("hook") && request.contains("Disable"), "{span}");
+    let outcome = tag(&span, "highwater.operation.outcome").and_then(Value::as_str).unwrap_or("");
+    assert!(outcome.contains("disabled"), "what came of it: {span}");
+}
