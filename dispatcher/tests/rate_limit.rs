@@ -1,6 +1,7 @@
 //! `spec.rateLimit` (issue 49) holds for the consumer as a whole: three dispatcher processes, each
 //! delivering one partition of a Shared consumer to a real HTTP receiver, together send at the
-//! limit (±10 %), not three times it; the waits show in the metrics and in `consumer status`.
+//! limit (±10 %), not three times it; the waits show in the metrics and in `consumer status`. A
+//! rate-limited consumer delivers in the group pass beside an unlimited one, at its limit.
 mod common;
 
 use std::{
@@ -170,4 +171,58 @@ async fn a_redrive_keeps_to_the_rate_limit() {
     let spread = at[9] - at[0];
     assert!(spread >= Duration::from_millis(1500), "ten redriven events at 5/s arrived within {spread:?}");
     drop(d);
+}
+
+/// A rate-limited consumer goes through the group pass with the others (one read for both) and
+/// keeps its limit there: beside an unlimited log consumer, a webhook consumer limited to 40
+/// events a second receives 40 ± 10 % a second, and the group pass's metrics show its batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_consumer_keeps_its_limit_in_the_group_pass() {
+    let rate_limit = 40.0;
+    let db = shared(&["Tick"]).await;
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(Router::new().route("/hook", post(record)).with_state(arrivals.clone())).await;
+    let defs = [
+        consumer(
+            "paced",
+            &format!(
+                "delivery: Shared\nrateLimit: {{perSecond: {rate_limit}, burst: 10}}\nsink: {{webhook: {{url: '{url}'}}}}"
+            ),
+        ),
+        consumer("fast", "delivery: Shared\nsink: {log: {target: stderr}}"),
+    ]
+    .concat();
+    apply(&db.pool, &defs).await;
+    let logs = tempfile::tempdir().unwrap();
+    let d = Dispatcher::start(&db.url, "d0", logs.path());
+    wait_registered(&db.pool, "paced", 1).await;
+    wait_registered(&db.pool, "fast", 1).await;
+    // One event a transaction, 50 a second for 10 s: every head move wakes both consumers.
+    let writer = {
+        let pool = db.pool.clone();
+        tokio::spawn(async move {
+            for i in 0..500 {
+                let mut tx = pool.begin().await.unwrap();
+                append(&mut tx, &NewEvent::new("tick", &format!("s{}", i % 20), "Tick", json!({"i": i})))
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let warm = 50;
+    eventually("the first arrivals", Duration::from_secs(60), || async { arrivals.lock().unwrap().len() >= warm })
+        .await;
+    let t0 = arrivals.lock().unwrap()[warm - 1];
+    tokio::time::sleep_until((t0 + Duration::from_secs(6)).into()).await;
+    let n = arrivals.lock().unwrap().iter().filter(|t| **t > t0 && **t <= t0 + Duration::from_secs(6)).count();
+    let rate = n as f64 / 6.0;
+    assert!((rate - rate_limit).abs() <= rate_limit * 0.1, "{rate:.1} events/s; the limit is {rate_limit} (±10 %)");
+    let body = reqwest::get(format!("http://127.0.0.1:{}/metrics", d.http_port)).await.unwrap().text().await.unwrap();
+    let prefix = "highwater_group_pass_shards_total{outcome=\"delivered\",sink=\"webhook\"} ";
+    let grouped = body.lines().find_map(|l| l.strip_prefix(prefix)).map_or(0.0, |v| v.trim().parse::<f64>().unwrap());
+    assert!(grouped >= 10.0, "the rate-limited consumer's batches went through the group pass: {grouped}");
+    writer.abort();
+    println!("rate {rate:.1}/s in the group pass (limit {rate_limit}); {grouped} group batches");
 }

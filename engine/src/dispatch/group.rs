@@ -32,7 +32,10 @@ use highwater_store::{
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::pass::{GroupFailure, Outcome, ShardCtx};
+use super::{
+    flow::Allowed,
+    pass::{GroupFailure, Outcome, ShardCtx},
+};
 use crate::{
     metrics::{GroupLabels, Metrics, SinkLabels},
     sink::{ExternalSink, Sink, SinkError},
@@ -87,8 +90,8 @@ impl Group {
 
     /// Whether this shard's passes may go through the group: an unpartitioned consumer that
     /// reads events as stored and does not skip streams (those read with their own statements:
-    /// partitions, upcasts, blocked streams), with a SQL sink, or an external sink without a rate
-    /// limit (whose tokens are taken per batch, in its own pass).
+    /// partitions, upcasts, blocked streams), with a SQL sink or an external one (a rate-limited
+    /// one takes its tokens for its batch in the pass, as in its own).
     pub fn serves(ctx: &ShardCtx) -> bool {
         ctx.partition.is_none()
             && ctx.spec.error_mode != ErrorMode::SkipStream
@@ -97,7 +100,7 @@ impl Group {
             && ctx.spec.filter.is_none()
             && match &ctx.sink {
                 Sink::Transactional(s) => s.statement().is_some(),
-                Sink::External(_) => ctx.spec.rate_limit.is_none(),
+                Sink::External(_) => true,
             }
     }
 
@@ -318,8 +321,24 @@ async fn claimed_pass(
                 e.position() > shard.cursor
                     && (c.spec.event_types.is_empty() || c.spec.event_types.contains(&e.event_type))
             };
-            let batch: Vec<Event> = events.iter().filter(wanted).take(c.spec.batch_size as usize).cloned().collect();
-            let full = batch.len() == c.spec.batch_size as usize;
+            let mut batch: Vec<Event> =
+                events.iter().filter(wanted).take(c.spec.batch_size as usize).cloned().collect();
+            // `spec.rateLimit`: the consumer's tokens for its batch, as its own pass takes them.
+            let mut throttled = false;
+            if c.spec.rate_limit.is_some() && !batch.is_empty() {
+                match super::flow::rate_limited(c, &mut s.conn, batch.len()).await? {
+                    Allowed::All => {}
+                    Allowed::First(n) => {
+                        batch.truncate(n);
+                        throttled = true;
+                    }
+                    Allowed::None(wait) => {
+                        replies[i] = Some(Reply::Done(Outcome::Backoff { cursor: shard.cursor, retry_in: wait }));
+                        continue;
+                    }
+                }
+            }
+            let full = throttled || batch.len() == c.spec.batch_size as usize;
             let last = batch.last().map(Event::position);
             let (end, more) = match (full, cut) {
                 (true, _) => (last.expect("a full batch has a last event"), true),
