@@ -295,7 +295,8 @@ impl ConsumerSpec {
             } else if self.sink.webhook.as_ref().is_none_or(|w| w.batch) {
                 problems.push(format!(
                     "concurrency: {} applies to a webhook sink with one request per event (batch: false); \
-                     remove concurrency, or set partitions for other sinks",
+                     kafka, nats and log sinks have their whole batch in flight already (batchSize sets how \
+                     much): remove concurrency, or set partitions to spread the consumer over dispatchers",
                     self.concurrency
                 ));
             }
