@@ -129,7 +129,8 @@ impl AckedAhead {
     }
 
     /// The side attempt is over: what it acknowledged is known, the keys of what failed wait for
-    /// the retry; `stop`: no more side passes before it (the receiver asked to pause or stop).
+    /// the retry; `stop`: no more side passes before it (the receiver asked to pause or stop, or
+    /// the window is full).
     pub fn side_done(&self, stop: bool) {
         let mut inner = self.lock();
         let (attempt, failed) = (std::mem::take(&mut inner.attempt), std::mem::take(&mut inner.attempt_failed));
@@ -144,4 +145,95 @@ impl AckedAhead {
 /// The key the side pass holds back by: the ordering key's text; `None` for `orderingKey: none`.
 pub fn held_key(key: &OrderingKey) -> impl Fn(&Event) -> Option<String> + '_ {
     move |e| (*key != OrderingKey::None).then(|| super::concurrent::key_text(e, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use highwater_store::shards::Status;
+
+    use super::*;
+
+    fn event(id: i64, stream: &str) -> Event {
+        Event {
+            id,
+            tx_id: id as u64,
+            stream_type: "order".into(),
+            stream_id: stream.into(),
+            stream_version: None,
+            event_type: "OrderPlaced".into(),
+            tenant_id: None,
+            payload: serde_json::json!({}).into(),
+            metadata: serde_json::json!({}).into(),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    fn shard(cursor: Position, failing: Option<i64>, attempts: i32) -> Shard {
+        Shard {
+            consumer: "c".into(),
+            instance_id: "i".into(),
+            cursor,
+            status: Status::Processing,
+            attempts,
+            last_error: None,
+            failing_event_id: failing,
+            next_attempt_at: None,
+            retry_in_ms: Some(1000),
+            skip: vec![],
+            partition: None,
+            barrier: None,
+        }
+    }
+
+    /// Events 1 (stream a, failing), 2 (b, acknowledged), 3 (a), 4 (c, acknowledged).
+    fn after_a_failure() -> (AckedAhead, Vec<Event>) {
+        let events = vec![event(1, "a"), event(2, "b"), event(3, "a"), event(4, "c")];
+        let acked = AckedAhead::default();
+        acked.for_attempt(&shard(Position::ZERO, None, 0));
+        acked.acknowledged(&events[1]);
+        acked.acknowledged(&events[3]);
+        acked.failed(&events[0]);
+        acked.retry((Position::ZERO, 1, 1), &events, true);
+        (acked, events)
+    }
+
+    #[test]
+    fn the_retry_of_that_very_failure_skips_what_was_acknowledged() {
+        let (acked, _) = after_a_failure();
+        assert_eq!(acked.for_attempt(&shard(Position::ZERO, Some(1), 1)), HashSet::from([2, 4]));
+    }
+
+    #[test]
+    fn any_other_shard_state_forgets_it() {
+        for other in [
+            shard(Position { tx: 1, id: 1 }, Some(3), 1), // the cursor moved (another dispatcher, a skip)
+            shard(Position::ZERO, Some(1), 2),            // another attempt recorded meanwhile
+            shard(Position::ZERO, None, 0),               // a rewind or a restart
+        ] {
+            let (acked, _) = after_a_failure();
+            assert!(acked.for_attempt(&other).is_empty(), "{other:?}");
+            // Taken: not used twice.
+            assert!(acked.for_attempt(&shard(Position::ZERO, Some(1), 1)).is_empty());
+        }
+    }
+
+    #[test]
+    fn the_side_pass_holds_the_failing_key_and_what_fails_in_it() {
+        let (acked, mut events) = after_a_failure();
+        events.extend([event(5, "b"), event(6, "d"), event(7, "a")]);
+        let key = OrderingKey::Stream;
+        let waiting = shard(Position::ZERO, Some(1), 1);
+        let skip = acked.side_plan(&waiting, &events, held_key(&key)).unwrap();
+        // Stream a waits (1, 3, 7); 2 and 4 were acknowledged; 5 and 6 go.
+        assert_eq!(skip, HashSet::from([1, 2, 3, 4, 7]));
+        acked.acknowledged(&events[4]);
+        acked.failed(&events[5]);
+        acked.side_done(false);
+        let skip = acked.side_plan(&waiting, &events, held_key(&key)).unwrap();
+        assert_eq!(skip, HashSet::from([1, 2, 3, 4, 5, 6, 7]), "d failed: it waits for the retry too");
+        acked.side_done(true);
+        assert!(!acked.goes_on(), "stopped until the retry");
+        assert!(acked.side_plan(&waiting, &events, held_key(&key)).is_none());
+        assert_eq!(acked.for_attempt(&waiting), HashSet::from([2, 4, 5]), "the retry skips what the side pass sent");
+    }
 }

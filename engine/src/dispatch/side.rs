@@ -55,7 +55,9 @@ async fn locked(ctx: &ShardCtx, sink: &dyn ExternalSink, conn: &mut PgConnection
     let Some(mut skip) = ctx.acked.side_plan(&shard, &batch.events, held_key(key)) else { return Ok(()) };
     let todo: Vec<&highwater_store::Event> = batch.events.iter().filter(|e| !skip.contains(&e.id)).collect();
     if todo.is_empty() {
-        ctx.acked.side_done(false);
+        // A full window of held and acknowledged events stays so until the retry: no more reads.
+        let full = batch.events.len() >= ctx.spec.batch_size as usize;
+        ctx.acked.side_done(full);
         return Ok(());
     }
     match flow::rate_limited(ctx, conn, todo.len()).await? {
