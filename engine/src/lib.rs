@@ -2,6 +2,8 @@
 //! Built on the store; nothing here is called by the store.
 pub mod discard_http;
 pub mod dispatch;
+#[cfg(test)]
+mod fixtures;
 pub mod http;
 pub mod instance;
 pub mod metrics;

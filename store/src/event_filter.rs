@@ -15,8 +15,8 @@ use sqlx::{
 
 use crate::{
     Error, Result,
-    events::{Bodies, event_arrays},
-    shards::{self, Batch, Shard},
+    events::event_arrays,
+    shards::{self, Batch, Shard, ShardRead},
 };
 
 /// The view's text before the expression; the expression starts on a line of its own, so that
@@ -162,41 +162,8 @@ fn position(filter: &str, at: usize) -> Option<String> {
 /// partition, up to its barrier, past the events its bootstrap saw). A short batch holds every
 /// such event below the fence, so the pass may move the cursor to the head, as without a filter.
 /// Two statements (the row, then the read) under the shard's claim.
-pub async fn load_and_read(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-    types: &[String],
-    limit: i64,
-    bodies: impl Into<Bodies>,
-    filter: &str,
-) -> Result<Option<(Shard, Batch)>> {
-    read(conn, (consumer, instance), types, limit, bodies.into(), filter, false).await
-}
-
-/// [`load_and_read`] also while the shard waits for a retry, as
-/// [`shards::load_and_read_waiting`].
-pub async fn load_and_read_waiting(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-    types: &[String],
-    limit: i64,
-    bodies: impl Into<Bodies>,
-    filter: &str,
-) -> Result<Option<(Shard, Batch)>> {
-    read(conn, (consumer, instance), types, limit, bodies.into(), filter, true).await
-}
-
-async fn read(
-    conn: &mut PgConnection,
-    (consumer, instance): (&str, &str),
-    types: &[String],
-    limit: i64,
-    bodies: Bodies,
-    filter: &str,
-    waiting: bool,
-) -> Result<Option<(Shard, Batch)>> {
+pub async fn load_and_read(conn: &mut PgConnection, r: &ShardRead<'_>, filter: &str) -> Result<Option<(Shard, Batch)>> {
+    let ShardRead { consumer, instance, types, limit, ref bodies, waiting } = *r;
     let Some(shard) = shards::load(conn, consumer, instance).await? else { return Ok(None) };
     let due = shard.status.delivers() && (waiting || shard.retry_in_ms.is_none_or(|ms| ms <= 0));
     let sql = format!(
@@ -222,7 +189,7 @@ async fn read(
         s = shards::fence_cte(),
         head = shards::HEAD_LATERAL,
         fence = fence!(),
-        arrays = event_arrays(&bodies),
+        arrays = event_arrays(bodies),
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(shard.cursor.xid8())

@@ -349,36 +349,28 @@ pub async fn read_batch(conn: &mut PgConnection, cursor: Position, types: &[Stri
     batch_from_row(&row)
 }
 
-/// [`load`] and, when the shard is due for delivery, [`read_batch`] from its cursor, in one
-/// statement (one round trip, one snapshot). Call it while holding the shard's claim
-/// ([`try_lock`]): the statement's snapshot is taken after the claim, so the cursor it reads is
-/// the last one committed. The cursor reaches the index condition as a lateral reference, which
-/// PostgreSQL turns into a parameter of the index scan. `None` when the shard row is gone.
-/// Without `bodies` the events come without payload and metadata (see [`event_arrays`]).
-pub async fn load_and_read(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-    types: &[String],
-    limit: i64,
-    bodies: impl Into<Bodies>,
-) -> Result<Option<(Shard, Batch)>> {
-    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into(), false).await?;
-    Ok(read.map(|r| (r.shard, r.batch)))
+/// What a pass reads: the shard `consumer`/`instance`, up to `limit` events of `types` (all when
+/// empty) after its cursor, with `bodies`.
+pub struct ShardRead<'a> {
+    pub consumer: &'a str,
+    pub instance: &'a str,
+    pub types: &'a [String],
+    pub limit: i64,
+    pub bodies: Bodies,
+    /// Read also while the shard waits for a retry (its events are read though it is not due):
+    /// for the side pass, which delivers other keys' events meanwhile without moving the cursor.
+    /// A shard that does not deliver (dead, disabled) reads nothing either way.
+    pub waiting: bool,
 }
 
-/// [`load_and_read`] also while the shard waits for a retry (its events are read though it is
-/// not due): for the side pass, which delivers other keys' events meanwhile without moving the
-/// cursor. A shard that does not deliver (dead, disabled) reads nothing.
-pub async fn load_and_read_waiting(
-    conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
-    types: &[String],
-    limit: i64,
-    bodies: impl Into<Bodies>,
-) -> Result<Option<(Shard, Batch)>> {
-    let read = read_from(conn, consumer, instance, None, types, limit, &bodies.into(), true).await?;
+/// [`load`] and, when the shard is due for delivery (or `r.waiting`), [`read_batch`] from its
+/// cursor, in one statement (one round trip, one snapshot). Call it while holding the shard's
+/// claim ([`try_lock`]): the statement's snapshot is taken after the claim, so the cursor it
+/// reads is the last one committed. The cursor reaches the index condition as a lateral
+/// reference, which PostgreSQL turns into a parameter of the index scan. `None` when the shard
+/// row is gone. Without bodies the events come without payload and metadata (see [`event_arrays`]).
+pub async fn load_and_read(conn: &mut PgConnection, r: &ShardRead<'_>) -> Result<Option<(Shard, Batch)>> {
+    let read = read_from(conn, r.consumer, r.instance, None, r.types, r.limit, &r.bodies, r.waiting).await?;
     Ok(read.map(|r| (r.shard, r.batch)))
 }
 

@@ -152,21 +152,7 @@ mod tests {
     use highwater_store::shards::Status;
 
     use super::*;
-
-    fn event(id: i64, stream: &str) -> Event {
-        Event {
-            id,
-            tx_id: id as u64,
-            stream_type: "order".into(),
-            stream_id: stream.into(),
-            stream_version: None,
-            event_type: "OrderPlaced".into(),
-            tenant_id: None,
-            payload: serde_json::json!({}).into(),
-            metadata: serde_json::json!({}).into(),
-            created_at: chrono::Utc::now(),
-        }
-    }
+    use crate::fixtures::event;
 
     fn shard(cursor: Position, failing: Option<i64>, attempts: i32) -> Shard {
         Shard {

@@ -117,18 +117,7 @@ mod tests {
     use super::*;
 
     fn event(id: i64, stream: &str, tenant: Option<&str>) -> Event {
-        Event {
-            id,
-            tx_id: 1,
-            stream_type: "order".into(),
-            stream_id: stream.into(),
-            stream_version: None,
-            event_type: "OrderPlaced".into(),
-            tenant_id: tenant.map(Into::into),
-            payload: serde_json::json!({}).into(),
-            metadata: serde_json::json!({}).into(),
-            created_at: chrono::Utc::now(),
-        }
+        Event { tenant_id: tenant.map(Into::into), ..crate::fixtures::event(id, stream) }
     }
 
     #[test]

@@ -262,15 +262,18 @@ async fn locked(
 /// nothing is read unless the shard is due, or `waiting` (the side pass: also while it waits for
 /// a retry).
 pub(super) async fn read(ctx: &ShardCtx, conn: &mut PgConnection, waiting: bool) -> Result<Option<(Shard, Batch)>> {
-    use highwater_store::event_filter;
-    let (types, limit, bodies) = (&ctx.spec.event_types, i64::from(ctx.spec.batch_size), ctx.bodies());
-    let (consumer, instance) = (&ctx.consumer, &ctx.instance_id);
-    // The filter runs in the read: the events it rejects never leave the database.
-    match (&ctx.spec.filter, waiting) {
-        (Some(f), false) => event_filter::load_and_read(conn, consumer, instance, types, limit, bodies, f).await,
-        (Some(f), true) => event_filter::load_and_read_waiting(conn, consumer, instance, types, limit, bodies, f).await,
-        (None, false) => shards::load_and_read(conn, consumer, instance, types, limit, bodies).await,
-        (None, true) => shards::load_and_read_waiting(conn, consumer, instance, types, limit, bodies).await,
+    let r = shards::ShardRead {
+        consumer: &ctx.consumer,
+        instance: &ctx.instance_id,
+        types: &ctx.spec.event_types,
+        limit: i64::from(ctx.spec.batch_size),
+        bodies: ctx.bodies(),
+        waiting,
+    };
+    match &ctx.spec.filter {
+        // The filter runs in the read: the events it rejects never leave the database.
+        Some(filter) => highwater_store::event_filter::load_and_read(conn, &r, filter).await,
+        None => shards::load_and_read(conn, &r).await,
     }
 }
 

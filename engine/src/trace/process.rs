@@ -134,20 +134,7 @@ mod tests {
     use super::*;
 
     fn events(n: i64) -> Vec<Event> {
-        (1..=n)
-            .map(|id| Event {
-                id,
-                tx_id: 7,
-                stream_type: "order".into(),
-                stream_id: "o-1".into(),
-                stream_version: None,
-                event_type: "OrderPlaced".into(),
-                tenant_id: None,
-                payload: serde_json::json!({}).into(),
-                metadata: serde_json::json!({}).into(),
-                created_at: chrono::Utc::now(),
-            })
-            .collect()
+        (1..=n).map(|id| Event { tx_id: 7, ..crate::fixtures::event(id, "o-1") }).collect()
     }
 
     fn ids(events: &[Event], result: Result<(), SinkError>) -> Vec<(i64, Outcome)> {
