@@ -50,6 +50,8 @@ pub struct Planned {
     pub(super) parent: Context,
     pub(super) trace_id: TraceId,
     pub(super) span_id: SpanId,
+    /// The sampler's decision: an unsampled span is not even built.
+    pub(super) sampled: bool,
     /// What the delivery carries.
     pub outgoing: Outgoing,
 }
@@ -100,7 +102,7 @@ pub fn plan(name: &str, events: &[Event]) -> Option<Vec<Planned>> {
                     traceparent: format!("00-{trace_id}-{span_id}-{:02x}", flags.to_u8()),
                     tracestate: (!state.is_empty()).then_some(state),
                 };
-                Planned { parent, trace_id, span_id, outgoing }
+                Planned { parent, trace_id, span_id, sampled, outgoing }
             })
             .collect(),
     )
@@ -145,6 +147,7 @@ mod tests {
             parent: Context::new(),
             trace_id: TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
             span_id: SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            sampled: true,
             outgoing: Outgoing { traceparent: String::new(), tracestate: None },
         };
         assert_eq!(p.build(|| (g.new_trace_id(), g.new_span_id())), (p.trace_id, p.span_id));

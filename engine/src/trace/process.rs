@@ -78,6 +78,11 @@ pub fn delivered(
     let Some(tracer) = TRACER.get() else { return };
     let name = name(ctx.consumer);
     for ((i, (ev, outcome)), plan) in outcomes(events, result).enumerate().zip(plans) {
+        // The sampler decided when the span was planned (the same decision the SDK would make
+        // again: it reads the parent and the trace id): an unsampled span is not built at all.
+        if !plan.sampled {
+            continue;
+        }
         let mut span = plan.build(|| {
             tracer
                 .span_builder(name.clone())
@@ -85,8 +90,6 @@ pub fn delivered(
                 .with_start_time(started)
                 .start_with_context(tracer, &plan.parent)
         });
-        // The sampler decided (it reads the parent and the trace id, not the attributes): an
-        // unsampled span records nothing, so its attributes are not even built.
         if !span.is_recording() {
             continue;
         }
