@@ -37,9 +37,15 @@ pub async fn read(
     limit: i64,
     bodies: impl Into<crate::events::Bodies>,
 ) -> Result<Option<Ahead>> {
-    let bodies = bodies.into();
-    let read =
-        shards::read_from(conn, &shard.consumer, &shard.instance_id, Some(from), types, limit, &bodies, false).await?;
+    let r = shards::ShardRead {
+        consumer: &shard.consumer,
+        instance: &shard.instance_id,
+        types,
+        limit,
+        bodies: bodies.into(),
+        waiting: false,
+    };
+    let read = shards::read_from(conn, &r, Some(from)).await?;
     Ok(read.map(|read| Ahead { read }))
 }
 

@@ -370,7 +370,7 @@ pub struct ShardRead<'a> {
 /// reference, which PostgreSQL turns into a parameter of the index scan. `None` when the shard
 /// row is gone. Without bodies the events come without payload and metadata (see [`event_arrays`]).
 pub async fn load_and_read(conn: &mut PgConnection, r: &ShardRead<'_>) -> Result<Option<(Shard, Batch)>> {
-    let read = read_from(conn, r.consumer, r.instance, None, r.types, r.limit, &r.bodies, r.waiting).await?;
+    let read = read_from(conn, r, None).await?;
     Ok(read.map(|r| (r.shard, r.batch)))
 }
 
@@ -387,19 +387,13 @@ pub(crate) struct Read {
 
 /// [`load_and_read`] from `from` instead of the row's cursor when it is given (a read ahead of
 /// the cursor, see [`crate::read_ahead`]); every other input of the read (due, passed-over
-/// events, partition, barrier) comes from the row, as for a read at the cursor. `waiting`: read
-/// also when the row waits for a retry ([`load_and_read_waiting`]).
-#[allow(clippy::too_many_arguments)]
+/// events, partition, barrier) comes from the row, as for a read at the cursor.
 pub(crate) async fn read_from(
     conn: &mut PgConnection,
-    consumer: &str,
-    instance: &str,
+    r: &ShardRead<'_>,
     from: Option<Position>,
-    types: &[String],
-    limit: i64,
-    bodies: &Bodies,
-    waiting: bool,
 ) -> Result<Option<Read>> {
+    let ShardRead { consumer, instance, types, limit, ref bodies, waiting } = *r;
     let sql = format!(
         "WITH {s},
               sh AS MATERIALIZED (

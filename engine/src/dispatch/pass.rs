@@ -75,7 +75,7 @@ impl ShardCtx {
         self.metrics.sink_errors.get_or_create(&labels).inc();
     }
 
-    pub(super) fn failed(&self, f: &Failure, events: &[highwater_store::Event]) {
+    fn failed(&self, f: &Failure, events: &[highwater_store::Event]) {
         self.metrics.failed.get_or_create(&self.labels()).inc();
         self.acknowledged(&events[..f.delivered as usize]);
     }
@@ -646,6 +646,10 @@ pub(super) async fn external_failed(
 /// A recorded failure that will be retried keeps what the receiver acknowledged after it;
 /// `side`: the other keys may go on until the retry (dispatch/side.rs).
 pub(super) fn remember_acked(ctx: &ShardCtx, f: &Failure, events: &[highwater_store::Event], side: bool) {
+    // One request at a time: nothing is acknowledged beyond a failure.
+    if ctx.spec.concurrency <= 1 {
+        return;
+    }
     match f.outcome {
         FailureOutcome::Retry(_) => ctx.acked.retry((f.cursor, f.event.id, f.attempts), events, side),
         FailureOutcome::Dead | FailureOutcome::Park => ctx.acked.forget(),
