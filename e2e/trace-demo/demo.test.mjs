@@ -20,7 +20,7 @@ import { append } from '@highwater/client';
 import pg from 'pg';
 import { chromium } from 'playwright-core';
 
-const { DATABASE_URL, RX_PORT, JAEGER_OTLP, JAEGER_QUERY, CHROMIUM, HW_TRACE_SCREENSHOT } = process.env;
+const { DATABASE_URL, RX_PORT, JAEGER_OTLP, JAEGER_QUERY, CHROMIUM, HW_TRACE_SCREENSHOT, JAEGER_UI_ASSETS } = process.env;
 
 context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
 propagation.setGlobalPropagator(new W3CTraceContextPropagator());
@@ -161,9 +161,24 @@ test('one trace runs from the writer through the dispatcher to the receiver', as
   if (HW_TRACE_SCREENSHOT) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
     try {
-      const page = await browser.newPage({ viewport: { width: 1010, height: 300 } });
-      await page.setContent(waterfall(traceId, [request, writer, processing, email]));
-      await page.screenshot({ path: HW_TRACE_SCREENSHOT, fullPage: true });
+      if (JAEGER_UI_ASSETS) {
+        // The trace in Jaeger's own UI, served by the Jaeger above.
+        const page = await browser.newPage({ viewport: { width: 1400, height: 380 } });
+        await page.goto(`${JAEGER_QUERY}/trace/${traceId}`);
+        const delivery = page.getByText('process order-emails').first();
+        await delivery.waitFor({ timeout: 30_000 });
+        await page.screenshot({ path: HW_TRACE_SCREENSHOT });
+        // Beside it (NAME-span.png), highwater's span opened: its attributes.
+        await page.setViewportSize({ width: 1400, height: 900 });
+        await delivery.click();
+        await page.getByText('Tags:').first().click();
+        await page.getByText('messaging.consumer.group.name').first().waitFor({ timeout: 10_000 });
+        await page.screenshot({ path: HW_TRACE_SCREENSHOT.replace(/(\.png)?$/, '-span.png') });
+      } else {
+        const page = await browser.newPage({ viewport: { width: 1010, height: 300 } });
+        await page.setContent(waterfall(traceId, [request, writer, processing, email]));
+        await page.screenshot({ path: HW_TRACE_SCREENSHOT, fullPage: true });
+      }
     } finally {
       await browser.close();
     }

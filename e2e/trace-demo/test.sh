@@ -42,6 +42,14 @@ throwaway_pg
 
 # Jaeger on free loopback ports, in memory (the configuration of e2e/src/jaeger.rs).
 otlp_port="$(free_port)" query_port="$(free_port)" query_grpc="$(free_port)"
+# Jaeger's web UI is not in its Go modules (its build is a separate npm project, jaegertracing/
+# jaeger-ui, not on the npm registry): with JAEGER_UI_ASSETS naming the directory of a jaeger-ui
+# build, Jaeger serves it and HW_TRACE_SCREENSHOT is a screenshot of the trace in that UI.
+ui=""
+if [ -n "${JAEGER_UI_ASSETS:-}" ]; then
+    [ -f "$JAEGER_UI_ASSETS/index.html" ] || { echo "e2e/trace-demo/test.sh: JAEGER_UI_ASSETS=$JAEGER_UI_ASSETS has no index.html (the build/ directory of jaeger-ui)" >&2; exit 1; }
+    ui="ui: {assets_path: \"$JAEGER_UI_ASSETS\"}"
+fi
 cat >"$tmp/jaeger.yaml" <<YAML
 service:
   extensions: [jaeger_storage, jaeger_query]
@@ -53,6 +61,7 @@ extensions:
     storage: {traces: memstore}
     http: {endpoint: "127.0.0.1:$query_port"}
     grpc: {endpoint: "127.0.0.1:$query_grpc"}
+    $ui
   jaeger_storage:
     backends: {memstore: {memory: {max_traces: 1000}}}
 receivers:
@@ -87,5 +96,5 @@ OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" OTEL_BSP_SCHEDULE_DELA
 pids+=($!)
 
 export RX_PORT="$rx_port" JAEGER_OTLP="http://127.0.0.1:$otlp_port" JAEGER_QUERY="http://127.0.0.1:$query_port" CHROMIUM
-export HW_TRACE_SCREENSHOT="${HW_TRACE_SCREENSHOT:-}"
+export HW_TRACE_SCREENSHOT="${HW_TRACE_SCREENSHOT:-}" JAEGER_UI_ASSETS="${JAEGER_UI_ASSETS:-}"
 node --test --test-reporter=spec demo.test.mjs
