@@ -48,6 +48,7 @@ stub "$tree/e2e/control-plane/build.sh" control-plane '' ''
 stub "$tree/e2e/bench/peers/build.sh" bench-peers '' ''
 stub "$tree/e2e/trace-backend/build.sh" trace-backend '' ''
 stub "$tree/e2e/upgrade/build-release.sh" release '' ''
+stub "$tree/charts/build-helm.sh" helm '' ''
 stub "$tree/migrations/definitions/check.sh" check '' ''
 stub "$tree/e2e/pg/majors.sh" majors 'test result: ok. 2 passed; 0 failed\n' 'test result: FAILED. 1 passed; 2 failed\n'
 stub "$tree/clients/typescript/test.sh" typescript 'ℹ pass 3\nℹ fail 0\n' 'ℹ pass 2\nℹ fail 1\n'
@@ -71,22 +72,29 @@ run() {
     rc=0
     (cd "$tree" && PATH="$scratch/bin:$PATH" FAIL="$1" bash .ci/run) >"$scratch/out" 2>&1 || rc=$?
 }
-all_calls="cargo-fmt stages cargo-clippy control-plane bench-peers trace-backend release--oldest release--operator check majors cargo-test typescript nestjs console trace-demo schemathesis python go"
-calls() { awk '{ printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
+# The stages' calls in order, and the background builds' calls in order (the two interleave).
+all_calls="cargo-fmt stages cargo-clippy check majors cargo-test typescript nestjs console trace-demo schemathesis python go"
+all_builds="control-plane bench-peers trace-backend helm release--oldest release--operator"
+calls() { awk -v b=" $all_builds " 'index(b, " " $1 " ") == 0 { printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
+built() { awk -v b=" $all_builds " 'index(b, " " $1 " ") > 0 { printf "%s%s", sep, $1; sep = " " }' "$scratch/calls"; }
 
 run ""
 check "nothing fails: exit 0" test "$rc" = 0
 check "nothing fails: every stage ran, in order" test "$(calls)" = "$all_calls"
+check "nothing fails: every background build ran, in order" test "$(built)" = "$all_builds"
+check "nothing fails: cargo test ran after every build finished" \
+    test "$(awk '$1 == "cargo-test" { print NR }' "$scratch/calls")" -gt "$(awk '$1 == "release--operator" { print NR }' "$scratch/calls")"
 check "nothing fails: the closing line is last and counts every runner" \
     test "$(tail -1 "$scratch/out")" = "tests: 33 passed, 0 failed"
 check "nothing fails: no failed-stages line" bash -c "! grep -q '^failed stages' '$scratch/out'"
 
 run "cargo-fmt release--oldest majors python go"
 check "five fail: exit 1" test "$rc" = 1
-check "five fail: every other stage ran; earlier releases stopped at its first failing command" \
-    test "$(calls)" = "${all_calls/ release--operator/}"
+check "five fail: every stage ran" test "$(calls)" = "$all_calls"
+check "five fail: earlier releases stopped at its first failing command" \
+    test "$(built)" = "${all_builds/ release--operator/}"
 check "five fail: the failed stages, in order, before the closing line" test "$(tail -2 "$scratch/out" | head -1)" = \
-    "failed stages (5 of 17): cargo fmt --check, earlier releases, PostgreSQL version matrix, clients/python, clients/go"
+    "failed stages (5 of 18): cargo fmt --check, PostgreSQL version matrix, earlier releases, clients/python, clients/go"
 check "five fail: the closing line counts the failed tests" \
     test "$(tail -1 "$scratch/out")" = "tests: 24 passed, 3 failed"
 
