@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use highwater::{notify::CONTROL_CHANNEL, shards::Status};
 
 use super::{
     BenchDb, Report, Sizes,
@@ -115,8 +116,9 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64, 
     let before = server_cpu(&db.pool).await?;
     db.apply(&yaml).await?;
     let apply = server_cpu(&db.pool).await? - before;
-    let held = sqlx::query("UPDATE highwater.consumer_shards SET status = 'disabled' WHERE consumer = ANY($1)")
+    let held = sqlx::query("UPDATE highwater.consumer_shards SET status = $2 WHERE consumer = ANY($1)")
         .bind(&names)
+        .bind(Status::Disabled)
         .execute(&db.pool)
         .await?
         .rows_affected();
@@ -129,11 +131,14 @@ async fn drain(bench: &BenchDb, sizes: &Sizes, n: usize, mix: Mix, per_tx: i64, 
     // The drain: every shard enabled in one statement, as `highwater consumer enable` does one
     // consumer's (the dispatcher wakes on the control channel), to the last cursor past the backlog.
     sqlx::query(
-        "WITH enabled AS (UPDATE highwater.consumer_shards SET status = 'idle'
-                           WHERE consumer = ANY($1) AND status = 'disabled' RETURNING consumer)
-         SELECT count(pg_notify('highwater_control', consumer)) FROM enabled",
+        "WITH enabled AS (UPDATE highwater.consumer_shards SET status = $2
+                           WHERE consumer = ANY($1) AND status = $3 RETURNING consumer)
+         SELECT count(pg_notify($4, consumer)) FROM enabled",
     )
     .bind(&names)
+    .bind(Status::Idle)
+    .bind(Status::Disabled)
+    .bind(CONTROL_CHANNEL)
     .execute(&db.pool)
     .await?;
     db.wait_caught_up(&names, last_id, TIMEOUT).await?;
